@@ -1,0 +1,208 @@
+"""Rules for elementwise arithmetic: +, -, *, /, powers, roots, abs, max/min, selection."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .. import _series as ks
+from .._interpret import register_rule
+from .._series import Series
+from ._common import aligned, defconstant, defelementwise_linear, weighted_sum
+
+for _p in (lax.add_p, lax.sub_p, lax.neg_p, lax.reduce_precision_p, lax.copy_p):
+    defelementwise_linear(_p)
+
+for _p in (lax.sign_p, lax.floor_p, lax.ceil_p, lax.round_p, lax.stop_gradient_p):
+    defconstant(_p)
+
+
+@register_rule(lax.convert_element_type_p)
+def _convert_element_type(order, x, **params):
+    del order
+    return Series(lax.convert_element_type_p.bind(x.coeffs, **params))
+
+
+def _stacked_pair(x: Series, y: Series):
+    ndim = max(len(x.shape), len(y.shape))
+    return ks.lift(x.coeffs, ndim), ks.lift(y.coeffs, ndim)
+
+
+@register_rule(lax.mul_p)
+def _mul(order, x, y, **params):
+    a, b = _stacked_pair(x, y)
+    return Series(ks.cauchy(a, b, order))
+
+
+@register_rule(lax.div_p)
+def _div(order, x, y, **params):
+    a, b = _stacked_pair(x, y)
+    return Series(ks.divide(a, b, order, q0=lax.div(x.primal, y.primal)))
+
+
+@register_rule(lax.square_p)
+def _square(order, x, **params):
+    return Series(ks.cauchy(x.coeffs, x.coeffs, order))
+
+
+def integer_power(c, n: int, order: int):
+    """`c ** n` for a Python integer `n` by repeated squaring of series (exact at 0)."""
+    if n == 0:
+        return jnp.ones_like(c[:1])
+    result = None
+    base = c
+    m = abs(n)
+    while m:
+        if m & 1:
+            result = base if result is None else ks.cauchy(result, base, order)
+        m >>= 1
+        if m:
+            base = ks.cauchy(base, base, order)
+    if n < 0:
+        return ks.divide(jnp.ones_like(result[:1]), result, order)
+    return result
+
+
+@register_rule(lax.integer_pow_p)
+def _integer_pow(order, x, *, y):
+    out = integer_power(x.coeffs, y, order)
+    return Series(ks.with_primal(out, lax.integer_pow(x.primal, y)))
+
+
+@register_rule(lax.sqrt_p)
+def _sqrt(order, x, **params):
+    return Series(ks.sqrt(x.coeffs, lax.sqrt(x.primal), order))
+
+
+@register_rule(lax.rsqrt_p)
+def _rsqrt(order, x, **params):
+    return Series(_power_series(x.coeffs, -0.5, lax.rsqrt(x.primal), order))
+
+
+@register_rule(lax.cbrt_p)
+def _cbrt(order, x, **params):
+    return Series(_power_series(x.coeffs, 1.0 / 3.0, lax.cbrt(x.primal), order))
+
+
+def _concrete_integer(p) -> int | None:
+    """The exponent as a Python int when it is a known integer-valued scalar."""
+    if isinstance(p, (int, float, np.generic, np.ndarray)) and np.ndim(p) == 0:
+        value = float(np.real(p))
+        if np.isreal(p) and value.is_integer() and abs(value) <= 64:
+            return int(value)
+    return None
+
+
+def _power_series(c, p, y0, order: int, integer_exponent: bool = False):
+    """`x ** p` for an exponent without a series.
+
+    Uses the O(K^2) recurrence where `x_0 != 0` and, only when some `x_0 == 0`,
+    composition with `binom(p, m) x_0^(p-m)`, which reproduces nested jvp
+    exactly there (zeros, then nan/inf past the order where the power stops
+    being smooth).
+    """
+    c = ks.pad_degree(c, order)
+    x0 = c[0]
+    recurrence = ks.power(c, p, y0, order)
+    if order == 0:
+        return recurrence
+
+    def composed():
+        d = ks.exp_like_power_coeffs(p, x0, order)
+        if integer_exponent:
+            # JAX's pow jvp for integer exponents selects exact zeros.
+            falling_zero = ks.exp_like_power_coeffs(p, jnp.ones_like(x0), order) == 0
+            d = jnp.where(falling_zero, 0, d)
+        return ks.with_primal(ks.compose(c, d, order), y0)
+
+    any_zero = jnp.any(x0 == 0)
+    return lax.cond(any_zero, composed, lambda: recurrence)
+
+
+@register_rule(lax.pow_p)
+def _pow(order, x, y, **params):
+    y0 = lax.pow(x.primal, y.primal)
+    ndim = len(jnp.shape(y0))
+    if y.is_constant:
+        p = y.primal
+        n = _concrete_integer(p)
+        if n is not None:
+            out = integer_power(ks.lift(x.coeffs, ndim), n, order)
+            return Series(ks.with_primal(out, y0))
+        integer_exponent = jnp.issubdtype(jnp.result_type(p), np.integer)
+        p = jnp.asarray(p).astype(x.dtype)
+        c = jnp.broadcast_to(ks.lift(x.coeffs, ndim), (x.degree + 1,) + jnp.shape(y0))
+        return Series(_power_series(c, p, y0, order, integer_exponent))
+    # x ** y = exp(y log x) when the exponent carries a series.
+    if x.is_constant:
+        log_x = lax.log(x.primal)[None]
+    else:
+        log_x = log_series(ks.lift(x.coeffs, ndim), lax.log(x.primal), order)
+    z = ks.cauchy(ks.lift(y.coeffs, ndim), ks.lift(log_x, ndim), order)
+    (out,) = ks.linear_ode(z, [y0], [[1]], order)
+    return Series(out)
+
+
+def log_series(c, y0, order: int):
+    """`log(x)`: `y' = x' / x`."""
+    c = ks.pad_degree(c, order)
+    g = ks.divide(ks.derivative_series(c), c[:order], order - 1)
+    return ks.integrate(g, y0, order)
+
+
+def _balanced_eq(x, z, y):
+    # Matches lax's max/min jvp: weight 1 where x alone attains z, 1/2 on ties.
+    return jnp.where(x == z, 1.0, 0.0) / jnp.where(y == z, 2.0, 1.0)
+
+
+def _chooser(prim):
+    def rule(order, x, y, **params):
+        del order
+        z = prim.bind(x.primal, y.primal)
+        return weighted_sum(
+            [x, y], [_balanced_eq(x.primal, z, y.primal), _balanced_eq(y.primal, z, x.primal)], z
+        )
+
+    register_rule(prim)(rule)
+
+
+_chooser(lax.max_p)
+_chooser(lax.min_p)
+
+
+@register_rule(lax.clamp_p)
+def _clamp(order, lo, x, hi, **params):
+    del order
+    a, b, c = lo.primal, x.primal, hi.primal
+    weights = [(a > b) & (a < c), (b > a) & (b < c), c < b]
+    return weighted_sum([lo, x, hi], weights, lax.clamp(a, b, c))
+
+
+@register_rule(lax.select_n_p)
+def _select_n(order, which, *cases, **params):
+    del order
+    stacked = aligned(cases)
+    pred = which.primal
+    if jnp.ndim(pred):
+        pred = lax.broadcast_in_dim(pred, stacked[0].shape, tuple(range(1, stacked[0].ndim)))
+    return Series(lax.select_n(pred, *stacked))
+
+
+@register_rule(lax.abs_p)
+def _abs(order, x, **params):
+    y0 = lax.abs(x.primal)
+    if jnp.issubdtype(x.dtype, np.complexfloating):
+        re, im = lax.real(x.coeffs), lax.imag(x.coeffs)
+        s = ks.cauchy(re, re, order) + ks.cauchy(im, im, order)
+        return Series(ks.sqrt(s, y0, order))
+    sign = jnp.where(x.primal >= 0, 1, -1).astype(x.dtype)
+    return Series(ks.with_primal(x.coeffs * sign[None], y0))
+
+
+@register_rule(lax.rem_p)
+def _rem(order, x, y, **params):
+    del order
+    q = lax.div(x.primal, y.primal)
+    trunc = lax.sign(q) * lax.floor(lax.abs(q))
+    return weighted_sum([x, y], [jnp.ones_like(trunc), -trunc], lax.rem(x.primal, y.primal))

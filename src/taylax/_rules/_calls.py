@@ -1,0 +1,93 @@
+"""Rules for primitives that carry sub-programs: jit, closed_call, remat, custom_jvp/vjp.
+
+A `jit` sub-program is transformed once per (jaxpr, order, input degrees) and
+re-bound as a `jit`, so a function called from many places is transformed and
+traced once and the structure of the program is kept. Custom derivative rules
+define first derivatives only, so their primal function is what gets expanded.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import jax
+import jax.numpy as jnp
+
+from .. import _compat
+from .._interpret import eval_jaxpr_series, register_rule
+from .._series import Series
+
+_TRANSFORMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _as_inputs(arrays, degrees) -> list[Series]:
+    return [Series.constant(a) if d == 0 else Series(a) for a, d in zip(arrays, degrees)]
+
+
+def _as_outputs(outs: list[Series]) -> list:
+    return [o.primal if o.is_constant else o.coeffs for o in outs]
+
+
+def _from_outputs(arrays, avals) -> list[Series]:
+    return [
+        Series.constant(a) if jnp.ndim(a) == len(aval.shape) else Series(a)
+        for a, aval in zip(arrays, avals)
+    ]
+
+
+def transformed_call(closed: _compat.ClosedJaxpr, order: int, degrees: tuple[int, ...], name):
+    """A jitted function evaluating `closed` on series of the given input degrees (cached)."""
+    per_jaxpr = _TRANSFORMED.setdefault(closed, {})
+    key = (order, degrees)
+    fn = per_jaxpr.get(key)
+    if fn is None:
+
+        def taylor_call(*arrays):
+            outs = eval_jaxpr_series(closed.jaxpr, closed.consts, _as_inputs(arrays, degrees),
+                                     order)
+            return _as_outputs(outs)
+
+        taylor_call.__name__ = f"taylor_{name}"
+        fn = jax.jit(taylor_call)
+        per_jaxpr[key] = fn
+    return fn
+
+
+@register_rule(_compat.jit_p)
+def _jit(order, *xs, jaxpr, name="jit", **params):
+    del params
+    degrees = tuple(x.degree for x in xs)
+    fn = transformed_call(jaxpr, order, degrees, name)
+    arrays = [x.primal if x.is_constant else x.coeffs for x in xs]
+    return _from_outputs(fn(*arrays), jaxpr.out_avals)
+
+
+@register_rule(_compat.closed_call_p)
+def _closed_call(order, *xs, call_jaxpr, **params):
+    del params
+    return eval_jaxpr_series(call_jaxpr.jaxpr, call_jaxpr.consts, xs, order)
+
+
+@register_rule(_compat.custom_jvp_call_p)
+def _custom_jvp_call(order, *xs, call_jaxpr, **params):
+    del params
+    return eval_jaxpr_series(call_jaxpr.jaxpr, call_jaxpr.consts, xs, order)
+
+
+@register_rule(_compat.custom_vjp_call_p)
+def _custom_vjp_call(order, *xs, call_jaxpr, **params):
+    del params
+    return eval_jaxpr_series(call_jaxpr.jaxpr, call_jaxpr.consts, xs, order)
+
+
+@register_rule(_compat.remat_p)
+def _remat(order, *xs, jaxpr, prevent_cse, differentiated, policy):
+    del differentiated
+    degrees = tuple(x.degree for x in xs)
+
+    def body(*arrays):
+        return _as_outputs(eval_jaxpr_series(jaxpr, (), _as_inputs(arrays, degrees), order))
+
+    arrays = [x.primal if x.is_constant else x.coeffs for x in xs]
+    outs = jax.checkpoint(body, prevent_cse=prevent_cse, policy=policy)(*arrays)
+    return _from_outputs(outs, [v.aval for v in jaxpr.outvars])

@@ -1,0 +1,101 @@
+"""Helpers that make most Taylor rules one line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .._compat import Primitive
+from .._interpret import register_rule
+from .._series import Series, lift, pad_degree
+
+
+def is_inexact(x: Series) -> bool:
+    return jnp.issubdtype(x.dtype, np.inexact)
+
+
+def common_degree(xs: Sequence[Series]) -> int:
+    return max(x.degree for x in xs)
+
+
+def aligned(xs: Sequence[Series], degree: int | None = None) -> list:
+    """Stacked coefficients of `xs`, padded to one degree and broadcast to one shape."""
+    degree = common_degree(xs) if degree is None else degree
+    shape = jnp.broadcast_shapes(*[x.shape for x in xs])
+    out = []
+    for x in xs:
+        c = pad_degree(x.coeffs, degree)
+        if x.shape != shape:
+            c = lift(c, len(shape))
+            c = jnp.broadcast_to(c, (degree + 1,) + tuple(shape))
+        out.append(c)
+    return out
+
+
+def primals(xs: Sequence[Series]) -> list:
+    return [x.primal for x in xs]
+
+
+def bind_primal(primitive: Primitive, xs: Sequence[Series], params: dict):
+    return primitive.bind(*primals(xs), **params)
+
+
+def deflinear(primitive: Primitive, linear: Callable[[int, Series], bool] | None = None) -> None:
+    """Register the rule of a primitive that is jointly linear in its inexact inputs.
+
+    Coefficient `k` of the output is the primitive applied to coefficient `k`
+    of every linear input (other inputs, such as integer indices, are used as
+    they are). The coefficient axis is added with `jax.vmap`, so the
+    primitive's own batching rule decides how.
+    """
+    linear = linear or (lambda i, x: is_inexact(x))
+
+    def rule(order, *xs, **params):
+        del order
+        which = [linear(i, x) for i, x in enumerate(xs)]
+        degree = max(x.degree for x, w in zip(xs, which) if w)
+        stacked = [pad_degree(x.coeffs, degree) if w else x.primal for x, w in zip(xs, which)]
+        in_axes = [0 if w else None for w in which]
+        out = jax.vmap(lambda *a: primitive.bind(*a, **params), in_axes=in_axes)(*stacked)
+        if primitive.multiple_results:
+            return [Series(o) for o in out]
+        return Series(out)
+
+    register_rule(primitive)(rule)
+
+
+def defelementwise_linear(primitive: Primitive) -> None:
+    """Register an elementwise primitive linear in all inputs: bind on stacked arrays."""
+
+    def rule(order, *xs, **params):
+        del order
+        return Series(primitive.bind(*aligned(xs), **params))
+
+    register_rule(primitive)(rule)
+
+
+def defconstant(primitive: Primitive) -> None:
+    """Register a piecewise-constant primitive: its series is its primal (nested jvp gives 0)."""
+
+    def rule(order, *xs, **params):
+        del order
+        out = bind_primal(primitive, xs, params)
+        if primitive.multiple_results:
+            return [Series.constant(o) for o in out]
+        return Series.constant(out)
+
+    register_rule(primitive)(rule)
+
+
+def weighted_sum(xs: Sequence[Series], weights: Sequence, primal) -> Series:
+    """`out_k = sum_i w_i x_{i,k}` for k >= 1 with weights fixed by the primals."""
+    stacked = aligned(xs)
+    total = None
+    for c, w in zip(stacked, weights):
+        term = c * jnp.asarray(w, c.dtype)[None]
+        total = term if total is None else total + term
+    return Series(lax.dynamic_update_index_in_dim(total, primal.astype(total.dtype), 0, 0))

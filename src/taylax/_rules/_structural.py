@@ -1,0 +1,148 @@
+"""Rules for structural and linear primitives: coefficient k maps to coefficient k.
+
+Most are registered with `deflinear`, which adds the coefficient axis with
+`jax.vmap` so the primitive's own batching rule is reused. The most frequent
+ones are written directly on the stacked array to keep the emitted program
+small.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .. import _compat
+from .._interpret import register_rule
+from .._series import Series, pad_degree
+from ._common import aligned, deflinear, defelementwise_linear
+
+for _p in (lax.real_p, lax.imag_p, lax.conj_p, lax.complex_p):
+    defelementwise_linear(_p)
+
+for _p in (
+    lax.gather_p,
+    lax.scatter_p,
+    lax.scatter_add_p,
+    lax.scatter_sub_p,
+    lax.dynamic_slice_p,
+    lax.dynamic_update_slice_p,
+    lax.pad_p,
+    lax.split_p,
+    lax.reduce_window_sum_p,
+    lax.squeeze_p,
+    lax.rev_p,
+    lax.slice_p,
+):
+    deflinear(_p)
+
+for _name in ("tile_p", "stack_p", "unstack_p"):
+    if hasattr(lax, _name):
+        deflinear(getattr(lax, _name))
+
+
+@register_rule(lax.broadcast_in_dim_p)
+def _broadcast_in_dim(order, x, *dyn, shape, broadcast_dimensions, sharding):
+    del order
+    if dyn:
+        raise NotImplementedError("taylax does not support dynamic shapes in broadcast_in_dim.")
+    c = x.coeffs
+    return Series(
+        lax.broadcast_in_dim(
+            c, (c.shape[0],) + tuple(shape), (0,) + tuple(d + 1 for d in broadcast_dimensions)
+        )
+    )
+
+
+@register_rule(lax.reshape_p)
+def _reshape(order, x, *dyn, new_sizes, dimensions, sharding):
+    del order, sharding
+    if dyn or dimensions is not None:
+        return jax.vmap(
+            lambda c: lax.reshape_p.bind(
+                c, *dyn, new_sizes=new_sizes, dimensions=dimensions, sharding=None
+            )
+        )(x.coeffs)
+    c = x.coeffs
+    return Series(lax.reshape(c, (c.shape[0],) + tuple(new_sizes)))
+
+
+@register_rule(lax.transpose_p)
+def _transpose(order, x, *, permutation):
+    del order
+    return Series(lax.transpose(x.coeffs, (0,) + tuple(p + 1 for p in permutation)))
+
+
+@register_rule(lax.concatenate_p)
+def _concatenate(order, *xs, dimension):
+    del order
+    degree = max(x.degree for x in xs)
+    return Series(lax.concatenate([pad_degree(x.coeffs, degree) for x in xs], dimension + 1))
+
+
+@register_rule(lax.reduce_sum_p)
+def _reduce_sum(order, x, *, axes, out_sharding):
+    del order, out_sharding
+    return Series(lax.reduce_sum_p.bind(x.coeffs, axes=tuple(a + 1 for a in axes),
+                                        out_sharding=None))
+
+
+@register_rule(lax.cumsum_p)
+def _cumsum(order, x, *, axis, reverse):
+    del order
+    return Series(lax.cumsum_p.bind(x.coeffs, axis=axis + 1, reverse=reverse))
+
+
+@register_rule(lax.scatter_mul_p)
+def _scatter_mul(order, operand, indices, updates, **params):
+    if updates.is_constant:
+        out = jax.vmap(
+            lambda c: lax.scatter_mul_p.bind(c, indices.primal, updates.primal, **params)
+        )(operand.coeffs)
+        return Series(out)
+    if not params.get("unique_indices", False):
+        raise NotImplementedError(
+            "taylax supports `scatter_mul` (x.at[i].multiply(u)) with updates `u` that depend "
+            "on the input only when the indices are unique; pass `unique_indices=True` to "
+            "`.at[...].multiply` if they are, or build the product with `*` instead."
+        )
+    from .._series import cauchy
+
+    # x.at[i].multiply(u) == x * m with m = ones.at[i].set(u): m's coefficient 0 is
+    # scatter(ones, i, u_0), its coefficient k >= 1 is scatter(zeros, i, u_k).
+    scatter_params = dict(params, update_jaxpr=None)
+    base = pad_degree(jnp.ones((1,) + operand.shape, operand.dtype), updates.degree)
+    multiplier = jax.vmap(
+        lambda b, u: lax.scatter_p.bind(b, indices.primal, u, **scatter_params)
+    )(base, updates.coeffs)
+    return Series(cauchy(operand.coeffs, multiplier, order))
+
+
+@register_rule(lax.reduce_window_max_p)
+def _reduce_window_max(order, x, **params):
+    return _window_chooser(lax.reduce_window_max_p, lax.ge_p, x, params)
+
+
+@register_rule(lax.reduce_window_min_p)
+def _reduce_window_min(order, x, **params):
+    return _window_chooser(lax.reduce_window_min_p, lax.le_p, x, params)
+
+
+def _window_chooser(prim, select_prim, x, params):
+    y0 = prim.bind(x.primal, **params)
+    gathered = jax.vmap(
+        lambda t: _compat.select_and_gather_add(
+            t,
+            x.primal,
+            select_prim,
+            params["window_dimensions"],
+            params["window_strides"],
+            params["padding"],
+            params["base_dilation"],
+            params["window_dilation"],
+        )
+    )(x.coeffs)
+    return Series(lax.dynamic_update_index_in_dim(gathered, y0, 0, 0))
+
+
+del aligned
