@@ -64,25 +64,54 @@ def integer_power(c, n: int, order: int):
     return result
 
 
+def power_line_coeffs(p, x0, primal, order: int, integer_exponent: bool = False):
+    """`f^(k)(x0)/k!` for `f = x**p`, computed as nested jvp computes it."""
+    if integer_exponent and _concrete_integer(p) is not None and int(p) >= 0:
+        # Exactly zero past the degree of the polynomial (no 0 * inf).
+        n = int(p)
+        d = ks.exp_like_power_coeffs(p, x0, min(n, order))
+        d = ks.pad_degree(d, order)
+    else:
+        d = ks.exp_like_power_coeffs(p, x0, order)
+        if integer_exponent:
+            falling_zero = ks.exp_like_power_coeffs(p, jnp.ones_like(x0), order) == 0
+            d = jnp.where(falling_zero, 0, d)
+    return ks.with_primal(d, primal)
+
+
 @register_rule(lax.integer_pow_p)
 def _integer_pow(order, x, *, y):
+    y0 = lax.integer_pow(x.primal, y)
+    if x.degree == 1:
+        d = power_line_coeffs(y, x.primal, y0, order, integer_exponent=True)
+        return Series(ks.along_line(x.coeffs, d, order))
     out = integer_power(x.coeffs, y, order)
-    return Series(ks.with_primal(out, lax.integer_pow(x.primal, y)))
+    return Series(ks.with_primal(out, y0))
 
 
-@register_rule(lax.sqrt_p)
-def _sqrt(order, x, **params):
-    return Series(ks.sqrt(x.coeffs, lax.sqrt(x.primal), order))
+def _root_line_coeffs(p, x0, y0, order: int):
+    """`binom(p, k) y0 / x0^k`: defined wherever the root is (cbrt of a negative number)."""
+    ones = jnp.ones_like(x0)
+    falling = ks.exp_like_power_coeffs(p, ones, order)  # binom(p, k)
+    recip = jnp.broadcast_to(1 / x0, (order,) + jnp.shape(x0))
+    powers = lax.concatenate([ones[None], jnp.cumprod(recip, 0)], 0)
+    return falling * powers * y0[None]
 
 
-@register_rule(lax.rsqrt_p)
-def _rsqrt(order, x, **params):
-    return Series(_power_series(x.coeffs, -0.5, lax.rsqrt(x.primal), order))
+def _root(prim, p):
+    def rule(order, x, **params):
+        y0 = prim.bind(x.primal, **params)
+        if x.degree == 1:
+            d = _root_line_coeffs(p, x.primal, y0, order)
+            return Series(ks.along_line(x.coeffs, ks.with_primal(d, y0), order))
+        return Series(ks.power(x.coeffs, p, y0, order))
+
+    register_rule(prim)(rule)
 
 
-@register_rule(lax.cbrt_p)
-def _cbrt(order, x, **params):
-    return Series(_power_series(x.coeffs, 1.0 / 3.0, lax.cbrt(x.primal), order))
+_root(lax.sqrt_p, 0.5)
+_root(lax.rsqrt_p, -0.5)
+_root(lax.cbrt_p, 1.0 / 3.0)
 
 
 def _concrete_integer(p) -> int | None:
@@ -127,6 +156,12 @@ def _pow(order, x, y, **params):
     if y.is_constant:
         p = y.primal
         n = _concrete_integer(p)
+        if x.degree == 1 and n is None:
+            integer_exponent = jnp.issubdtype(jnp.result_type(p), np.integer)
+            p = jnp.asarray(p).astype(x.dtype)
+            d = power_line_coeffs(p, jnp.broadcast_to(x.primal, jnp.shape(y0)), y0, order,
+                                  integer_exponent)
+            return Series(ks.along_line(ks.lift(x.coeffs, ndim), d, order))
         if n is not None:
             out = integer_power(ks.lift(x.coeffs, ndim), n, order)
             return Series(ks.with_primal(out, y0))
@@ -195,7 +230,7 @@ def _abs(order, x, **params):
     if jnp.issubdtype(x.dtype, np.complexfloating):
         re, im = lax.real(x.coeffs), lax.imag(x.coeffs)
         s = ks.cauchy(re, re, order) + ks.cauchy(im, im, order)
-        return Series(ks.sqrt(s, y0, order))
+        return Series(ks.power(s, 0.5, y0, order))
     sign = jnp.where(x.primal >= 0, 1, -1).astype(x.dtype)
     return Series(ks.with_primal(x.coeffs * sign[None], y0))
 

@@ -11,7 +11,7 @@ from jax import lax
 
 from .._compat import Primitive
 from .._interpret import register_rule
-from .._series import Series, lift, pad_degree
+from .._series import Series, lift, pad_degree, with_primal
 
 
 def is_inexact(x: Series) -> bool:
@@ -98,4 +98,4 @@ def weighted_sum(xs: Sequence[Series], weights: Sequence, primal) -> Series:
     for c, w in zip(stacked, weights):
         term = c * jnp.asarray(w, c.dtype)[None]
         total = term if total is None else total + term
-    return Series(lax.dynamic_update_index_in_dim(total, primal.astype(total.dtype), 0, 0))
+    return Series(with_primal(total, primal))

@@ -14,7 +14,7 @@ from jax import lax
 
 from .. import _compat
 from .._interpret import register_rule
-from .._series import Series, pad_degree
+from .._series import Series, pad_degree, with_primal
 from ._common import aligned, deflinear, defelementwise_linear
 
 for _p in (lax.real_p, lax.imag_p, lax.conj_p, lax.complex_p):
@@ -142,7 +142,7 @@ def _window_chooser(prim, select_prim, x, params):
             params["window_dilation"],
         )
     )(x.coeffs)
-    return Series(lax.dynamic_update_index_in_dim(gathered, y0, 0, 0))
+    return Series(with_primal(gathered, y0))
 
 
 del aligned

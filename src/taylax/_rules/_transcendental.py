@@ -1,7 +1,7 @@
 """Rules for transcendental functions, each from the ODE it satisfies.
 
 * exp, sin/cos, sinh/cosh: linear systems `Y' = x' M Y`;
-* tan, tanh, logistic: Riccati equations `y' = x' (c0 + c1 y + c2 y^2)`;
+* tanh, logistic, tan: from exp and sin/cos by division (no overflow);
 * log, inverse trigonometric and hyperbolic functions, erf, atan2:
   `y' = g(x) x'` with `g` built from series arithmetic, then integrated;
 * lgamma, digamma: composition with derivatives known in closed form (polygamma);
@@ -25,64 +25,135 @@ def _full(x: Series, order: int):
     return ks.pad_degree(x.coeffs, order)
 
 
-@register_rule(lax.exp_p)
-def _exp(order, x, **params):
+def _scaled(values, order: int):
+    """Stack `values[k % len(values)] / k!` for k = 0..order (derivative cycles)."""
+    cycle = jnp.stack(values)
+    reps = -(-(order + 1) // len(values))
+    shape = cycle.shape
+    tiled = lax.broadcast_in_dim(cycle, (reps,) + shape, tuple(range(1, len(shape) + 1)))
+    tiled = lax.reshape(tiled, (reps * shape[0],) + shape[1:])[: order + 1]
+    return tiled / ks.factorials(order, len(shape) - 1, tiled.dtype)
+
+
+def univariate(prim, line_coeffs, general):
+    """Register `prim` with a closed form along a line and an ODE rule otherwise.
+
+    `line_coeffs(x0, order)` gives `f^(k)(x0)/k!` stacked; it serves inputs of
+    degree 1 (seeds and affine functions of them) with no recurrence at all.
+    """
+
+    def rule(order, x, **params):
+        if x.degree == 1:
+            return Series(ks.along_line(x.coeffs, line_coeffs(x.primal, order), order))
+        return general(order, x)
+
+    register_rule(prim)(rule)
+
+
+def _exp_general(order, x):
     (y,) = ks.linear_ode(x.coeffs, [lax.exp(x.primal)], [[1]], order)
     return Series(y)
 
 
-@register_rule(lax.exp2_p)
-def _exp2(order, x, **params):
+def _exp2_general(order, x):
     z = x.coeffs * jnp.asarray(math.log(2.0), ks.real_dtype(x.dtype))
     (y,) = ks.linear_ode(z, [lax.exp2(x.primal)], [[1]], order)
     return Series(y)
 
 
-@register_rule(lax.expm1_p)
-def _expm1(order, x, **params):
+def _expm1_general(order, x):
     (y,) = ks.linear_ode(x.coeffs, [lax.exp(x.primal)], [[1]], order)
     return Series(ks.with_primal(y, lax.expm1(x.primal)))
+
+
+def _ln2_powers(x0, order):
+    ln2 = ks.orders(order, jnp.ndim(x0), x0.dtype) * 0 + math.log(2.0)
+    return jnp.cumprod(jnp.concatenate([jnp.ones_like(ln2[:1]), ln2[1:]]), 0)
+
+
+univariate(lax.exp_p, lambda x0, k: _scaled([lax.exp(x0)], k), _exp_general)
+univariate(
+    lax.exp2_p,
+    lambda x0, k: _scaled([lax.exp2(x0)], k) * _ln2_powers(x0, k).astype(x0.dtype),
+    _exp2_general,
+)
+univariate(
+    lax.expm1_p,
+    lambda x0, k: ks.with_primal(_scaled([lax.exp(x0)], k), lax.expm1(x0)),
+    _expm1_general,
+)
 
 
 def _pair(kind: str, index: int):
     matrix = [[0, 1], [-1, 0]] if kind == "trig" else [[0, 1], [1, 0]]
     first, second = (lax.sin, lax.cos) if kind == "trig" else (lax.sinh, lax.cosh)
 
-    def rule(order, x, **params):
+    def general(order, x):
         ys = ks.linear_ode(x.coeffs, [first(x.primal), second(x.primal)], matrix, order)
         return Series(ys[index])
 
-    return rule
+    def line(x0, order):
+        a, b = first(x0), second(x0)
+        if kind == "trig":
+            cycle = [a, b, -a, -b] if index == 0 else [b, -a, -b, a]
+        else:
+            cycle = [a, b] if index == 0 else [b, a]
+        return _scaled(cycle, order)
+
+    return line, general
 
 
-register_rule(lax.sin_p)(_pair("trig", 0))
-register_rule(lax.cos_p)(_pair("trig", 1))
-register_rule(lax.sinh_p)(_pair("hyp", 0))
-register_rule(lax.cosh_p)(_pair("hyp", 1))
+univariate(lax.sin_p, *_pair("trig", 0))
+univariate(lax.cos_p, *_pair("trig", 1))
+univariate(lax.sinh_p, *_pair("hyp", 0))
+univariate(lax.cosh_p, *_pair("hyp", 1))
 
 
-def _riccati(prim, c0, c1, c2):
-    def rule(order, x, **params):
-        return Series(ks.riccati(x.coeffs, prim.bind(x.primal), c0, c1, c2, order))
-
-    register_rule(prim)(rule)
+@register_rule(lax.tanh_p)
+def _tanh(order, x, **params):
+    return Series(ks.tanh(x.coeffs, lax.tanh(x.primal), order))
 
 
-_riccati(lax.tan_p, 1, 0, 1)
-_riccati(lax.tanh_p, 1, 0, -1)
-_riccati(lax.logistic_p, 0, 1, -1)
+@register_rule(lax.logistic_p)
+def _logistic(order, x, **params):
+    # logistic(x) = (1 + tanh(x / 2)) / 2
+    t = ks.tanh(x.coeffs / 2, lax.tanh(x.primal / 2), order)
+    return Series(ks.with_primal(t / 2, lax.logistic(x.primal)))
 
 
-@register_rule(lax.log_p)
-def _log(order, x, **params):
+@register_rule(lax.tan_p)
+def _tan(order, x, **params):
+    s, c = ks.linear_ode(x.coeffs, [lax.sin(x.primal), lax.cos(x.primal)], [[0, 1], [-1, 0]],
+                         order)
+    return Series(ks.divide(s, c, order, q0=lax.tan(x.primal)))
+
+
+def _log_line(shift_one: bool):
+    def line(x0, order):
+        base = 1 + x0 if shift_one else x0
+        primal = lax.log1p(x0) if shift_one else lax.log(x0)
+        ms = ks.orders(order, jnp.ndim(x0), x0.dtype)
+        recip = jnp.broadcast_to(1 / base, (order,) + jnp.shape(x0))
+        powers = jnp.cumprod(recip, 0)  # base^-k
+        signs = jnp.where(ms[1:] % 2 == 1, 1.0, -1.0).astype(x0.dtype)
+        rest = signs * powers / ms[1:]
+        return lax.concatenate([jnp.asarray(primal)[None], rest], 0)
+
+    return line
+
+
+def _log_general(order, x):
     return Series(log_series(x.coeffs, lax.log(x.primal), order))
 
 
-@register_rule(lax.log1p_p)
-def _log1p(order, x, **params):
+def _log1p_general(order, x):
     c = _full(x, order)
     g = ks.divide(ks.derivative_series(c), ks.with_primal(c, 1 + x.primal)[:order], order - 1)
     return Series(ks.integrate(g, lax.log1p(x.primal), order))
+
+
+univariate(lax.log_p, _log_line(False), _log_general)
+univariate(lax.log1p_p, _log_line(True), _log1p_general)
 
 
 def _integral(x: Series, g, y0, order: int) -> Series:
@@ -192,15 +263,17 @@ def _polygamma_coeffs(x0, first_n: int, order: int, primal):
     return jnp.concatenate([jnp.asarray(primal)[None], values], 0)
 
 
-@register_rule(lax.lgamma_p)
-def _lgamma(order, x, **params):
-    y0 = lax.lgamma(x.primal)
-    d = _polygamma_coeffs(x.primal, 0, order, y0)
-    return Series(ks.compose(x.coeffs, d, order))
-
-
-@register_rule(lax.digamma_p)
-def _digamma(order, x, **params):
-    y0 = lax.digamma(x.primal)
-    d = _polygamma_coeffs(x.primal, 1, order, y0)
-    return Series(ks.compose(x.coeffs, d, order))
+univariate(
+    lax.lgamma_p,
+    lambda x0, k: _polygamma_coeffs(x0, 0, k, lax.lgamma(x0)),
+    lambda order, x: Series(
+        ks.compose(x.coeffs, _polygamma_coeffs(x.primal, 0, order, lax.lgamma(x.primal)), order)
+    ),
+)
+univariate(
+    lax.digamma_p,
+    lambda x0, k: _polygamma_coeffs(x0, 1, k, lax.digamma(x0)),
+    lambda order, x: Series(
+        ks.compose(x.coeffs, _polygamma_coeffs(x.primal, 1, order, lax.digamma(x.primal)), order)
+    ),
+)
