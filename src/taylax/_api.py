@@ -92,8 +92,9 @@ def _taylor_impl(fun, order, x, v):
     x_leaves, in_tree = jax.tree.flatten(x)
     v_leaves = jax.tree.leaves(v)
     seeds = _seeds(x_leaves, v_leaves, order)
-    out_tree, outs = run_series(lambda *a: fun(jax.tree.unflatten(in_tree, a)), tuple(x_leaves),
-                                seeds, order)
+    out_tree, outs = run_series(
+        lambda *a: fun(jax.tree.unflatten(in_tree, a)), tuple(x_leaves), seeds, order
+    )
     primal_out = [o.primal for o in outs]
     coeffs = [_full_coeffs(o, order)[1:] for o in outs]
     return jax.tree.unflatten(out_tree, primal_out), jax.tree.unflatten(out_tree, coeffs)
@@ -226,9 +227,11 @@ def derivatives(fun: Callable, order: int) -> Callable:
 def _jet_impl(fun, order, primals, stacked):
     series = [Series.constant(p) if s is None else Series(s) for p, s in zip(primals, stacked)]
     out_tree, outs = run_series(fun, tuple(primals), series, order)
-    return jax.tree.unflatten(out_tree, [o.primal for o in outs]), [
-        _full_coeffs(o, order)[1:] for o in outs
-    ], out_tree
+    return (
+        jax.tree.unflatten(out_tree, [o.primal for o in outs]),
+        [_full_coeffs(o, order)[1:] for o in outs],
+        out_tree,
+    )
 
 
 def jet(fun: Callable, primals, series, factorial_scaled: bool = True):
@@ -289,4 +292,3 @@ def jet(fun: Callable, primals, series, factorial_scaled: bool = True):
         coeffs = [c * factorials(order, c.ndim - 1, c.dtype)[1:].astype(c.dtype) for c in coeffs]
     terms = [[c[k] for k in range(order)] for c in coeffs]
     return primals_out, jax.tree.unflatten(out_tree, terms)
-

@@ -270,7 +270,7 @@ def _spawn(spec: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], str,
     except subprocess.TimeoutExpired:
         proc.kill()
         stdout, stderr = proc.communicate()
-        status, reason = "timeout", f"exceeded the time limit of {timeout_s:g} s"
+        status, reason = "timeout", f"exceeded the time limit of {timeout_s:.3g} s"
     finally:
         if proc.poll() is None:  # interrupted (e.g. Ctrl-C): do not leave the worker running
             proc.kill()
@@ -326,7 +326,8 @@ def run_one(
       A dict with keys ``case``, ``contender``, ``order``, ``status`` (``"ok"``,
       ``"timeout"`` or ``"error"``), ``reason`` (``None`` when ok), ``equations``,
       ``first_call_s``, ``steady_s`` and ``value`` (each ``None`` when not
-      measured), and ``wall_s``, the duration of the run including process start.
+      measured), ``limit_s`` (the time limit) and ``wall_s``, the duration of the run
+      including process starts.
 
     Raises:
       ValueError: if ``case``, ``contender`` or ``order`` is not valid.
@@ -366,6 +367,7 @@ def run_one(
         "steady_s": fields.get("steady_s") if steady else None,
         "value": fields.get("value"),
         "device": fields.get("device"),
+        "limit_s": timeout_s,
         "wall_s": time.perf_counter() - start,
         **({"stderr_tail": fields["stderr_tail"]} if "stderr_tail" in fields else {}),
     }
@@ -398,6 +400,7 @@ def skipped(case: str, contender: str, order: int, reason: str) -> dict[str, Any
         "steady_s": None,
         "value": None,
         "device": None,
+        "limit_s": None,
         "wall_s": 0.0,
     }
 
@@ -576,13 +579,13 @@ def markdown_report(results: Sequence[dict[str, Any]], meta: dict[str, Any] | No
             row.append("—" if spread is None else f"{spread:.1e}")
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
-        notes = sorted(
-            {
-                f"{r['contender']} at order {r['order']}: {r['status']}, {r['reason']}"
-                for r in case_results
-                if r["status"] != "ok"
-            }
-        )
+        notes = [
+            f"{r['contender']} at order {r['order']}: {r['status']}, {r['reason']}"
+            for r in sorted(
+                case_results, key=lambda r: (CONTENDERS.index(r["contender"]), r["order"])
+            )
+            if r["status"] != "ok"
+        ]
         if notes:
             lines += ["Notes:", "", *(f"- {note}" for note in notes), ""]
     return "\n".join(lines)

@@ -28,10 +28,23 @@ closed_call_p = jex_prims.closed_call_p
 remat_p = jex_prims.remat_p
 custom_jvp_call_p = jex_prims.custom_jvp_call_p
 custom_vjp_call_p = jex_prims.custom_vjp_call_p
+add_any_p = jex_prims.add_jaxvals_p
+device_put_p = jex_prims.device_put_p
 
 # The windowed "select the max, gather the tangent" primitive JAX itself uses for
 # the derivative of max pooling; reusing it matches nested jvp exactly.
 select_and_gather_add_p = jex_prims.select_and_gather_add_p
+
+
+def bind_equation(eqn: JaxprEqn, args):
+    """Re-bind `eqn`'s primitive on new arguments, as `jax.core.eval_jaxpr` does."""
+    # JAX >= 0.9.2: get_bind_params returns the params dict (subfuns folded in).
+    bind_params = eqn.primitive.get_bind_params(eqn.params)
+    if isinstance(bind_params, tuple):  # older JAX: (subfuns, params)
+        subfuns, bind_params = bind_params
+        return eqn.primitive.bind(*subfuns, *args, **bind_params)
+    with eqn.ctx.manager:
+        return eqn.primitive.bind(*args, **bind_params)
 
 
 def all_primitives() -> dict[str, Primitive]:
@@ -45,11 +58,27 @@ def all_primitives() -> dict[str, Primitive]:
     return found
 
 
-def select_and_gather_add(tangents, operand, select_prim, window_dimensions, window_strides,
-                          padding, base_dilation, window_dilation):
+def select_and_gather_add(
+    tangents,
+    operand,
+    select_prim,
+    window_dimensions,
+    window_strides,
+    padding,
+    base_dilation,
+    window_dilation,
+):
     """JAX's own derivative of max/min pooling: the tangent at each window's chosen element."""
     # Private: JAX exposes no public wrapper for select_and_gather_add.
     from jax._src.lax.windowed_reductions import _select_and_gather_add
 
-    return _select_and_gather_add(tangents, operand, select_prim, window_dimensions,
-                                  window_strides, padding, base_dilation, window_dilation)
+    return _select_and_gather_add(
+        tangents,
+        operand,
+        select_prim,
+        window_dimensions,
+        window_strides,
+        padding,
+        base_dilation,
+        window_dilation,
+    )

@@ -117,8 +117,7 @@ def eval_jaxpr_series(
         if all(s.is_constant for s in series_in) or not any(
             _carries_derivative(v.aval) for v in eqn.outvars
         ):
-            subfuns, bind_params = primitive.get_bind_params(eqn.params)
-            out = primitive.bind(*subfuns, *[s.primal for s in series_in], **bind_params)
+            out = _compat.bind_equation(eqn, [s.primal for s in series_in])
             outs = out if primitive.multiple_results else [out]
             for v, o in zip(eqn.outvars, outs, strict=True):
                 write(v, Series.constant(o))

@@ -78,7 +78,10 @@ class Series:
         return jnp.result_type(src)
 
     def __repr__(self) -> str:
-        return f"Series(degree={self.degree}, shape={self.shape}, dtype={self.dtype})"
+        try:
+            return f"Series(degree={self.degree}, shape={self.shape}, dtype={self.dtype})"
+        except Exception:  # e.g. a leaked tracer: never fail inside an error message
+            return "Series(<unavailable>)"
 
 
 # --------------------------------------------------------------------------
@@ -255,8 +258,9 @@ def get_coeff(c: Array, k, keepdims: bool = False) -> Array:
 
 
 def slice_rows(c: Array, start, size: int) -> Array:
-    return lax.dynamic_slice(c, _starts(c, start), (size,) + c.shape[1:],
-                             allow_negative_indices=False)
+    return lax.dynamic_slice(
+        c, _starts(c, start), (size,) + c.shape[1:], allow_negative_indices=False
+    )
 
 
 def _as(k, dtype):
@@ -414,24 +418,30 @@ def self_conv_at(y: Array, m, order: int):
 
 
 def compose(x: Array, taylor_coeffs: Array, order: int) -> Array:
-    """`y = sum_m d_m (x - x_0)^m` (Faa di Bruno by Horner's rule).
+    """`y_k = sum_{m<=k} d_m ((x - x_0)^m)_k` (Faa di Bruno).
 
-    `taylor_coeffs[m] = f^(m)(x_0) / m!`, stacked `(order+1, *S)`. Exact where
-    the recurrences would divide by zero; O(order^3) so used only there.
+    `taylor_coeffs[m] = d_m = f^(m)(x_0) / m!`, stacked `(order+1, *S)`. Only
+    `m <= k` enters coefficient `k`, so a non-finite `d_m` (a power past its
+    smooth order at 0) poisons exactly the coefficients nested jvp poisons.
+    O(order^3): used only where the recurrences would divide by zero.
     """
     x = pad_degree(x, order)
     dtype = jnp.result_type(x, taylor_coeffs)
-    delta = with_primal(x, jnp.zeros_like(x[0])).astype(dtype)
+    shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(taylor_coeffs)[1:])
+    x = jnp.broadcast_to(x, (order + 1,) + shape).astype(dtype)
+    d = jnp.broadcast_to(taylor_coeffs, (order + 1,) + shape).astype(dtype)
+    delta = with_primal(x, jnp.zeros(shape, dtype))
     table = toeplitz(delta, order + 1, order + 1)
-    d = jnp.broadcast_to(taylor_coeffs, (order + 1,) + x.shape[1:]).astype(dtype)
-    acc = _fresh(get_coeff(d, order), order, dtype)
+    ks = orders(order, len(shape), dtype)
+    acc = _fresh(d[0], order, dtype)
 
-    def body(i, acc):
-        m = order - i
-        product = jnp.sum(table * acc[None], axis=1)
-        return product.at[0].add(get_coeff(d, m))
+    def body(m, carry):
+        acc, power = carry
+        term = get_coeff(d, m, keepdims=True) * power
+        acc = acc + jnp.where(ks >= _as(m, dtype), term, jnp.zeros_like(term))
+        return acc, jnp.sum(table * power[None], axis=1)
 
-    return fori(order, body, acc)
+    return fori(order, body, (acc, delta))[0]
 
 
 def along_line(x: Array, taylor_coeffs: Array, order: int) -> Array:

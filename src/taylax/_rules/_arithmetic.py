@@ -14,7 +14,7 @@ from ._common import aligned, defconstant, defelementwise_linear, weighted_sum
 for _p in (lax.add_p, lax.sub_p, lax.neg_p, lax.reduce_precision_p, lax.copy_p):
     defelementwise_linear(_p)
 
-for _p in (lax.sign_p, lax.floor_p, lax.ceil_p, lax.round_p, lax.stop_gradient_p):
+for _p in (lax.sign_p, lax.floor_p, lax.ceil_p, lax.round_p, lax.stop_gradient_p, lax.nextafter_p):
     defconstant(_p)
 
 
@@ -66,7 +66,7 @@ def integer_power(c, n: int, order: int):
 
 def power_line_coeffs(p, x0, primal, order: int, integer_exponent: bool = False):
     """`f^(k)(x0)/k!` for `f = x**p`, computed as nested jvp computes it."""
-    if integer_exponent and _concrete_integer(p) is not None and int(p) >= 0:
+    if isinstance(p, int) and p >= 0:
         # Exactly zero past the degree of the polynomial (no 0 * inf).
         n = int(p)
         d = ks.exp_like_power_coeffs(p, x0, min(n, order))
@@ -83,7 +83,7 @@ def power_line_coeffs(p, x0, primal, order: int, integer_exponent: bool = False)
 def _integer_pow(order, x, *, y):
     y0 = lax.integer_pow(x.primal, y)
     if x.degree == 1:
-        d = power_line_coeffs(y, x.primal, y0, order, integer_exponent=True)
+        d = power_line_coeffs(int(y), x.primal, y0, order, integer_exponent=True)
         return Series(ks.along_line(x.coeffs, d, order))
     out = integer_power(x.coeffs, y, order)
     return Series(ks.with_primal(out, y0))
@@ -112,15 +112,6 @@ def _root(prim, p):
 _root(lax.sqrt_p, 0.5)
 _root(lax.rsqrt_p, -0.5)
 _root(lax.cbrt_p, 1.0 / 3.0)
-
-
-def _concrete_integer(p) -> int | None:
-    """The exponent as a Python int when it is a known integer-valued scalar."""
-    if isinstance(p, (int, float, np.generic, np.ndarray)) and np.ndim(p) == 0:
-        value = float(np.real(p))
-        if np.isreal(p) and value.is_integer() and abs(value) <= 64:
-            return int(value)
-    return None
 
 
 def _power_series(c, p, y0, order: int, integer_exponent: bool = False):
@@ -154,19 +145,17 @@ def _pow(order, x, y, **params):
     y0 = lax.pow(x.primal, y.primal)
     ndim = len(jnp.shape(y0))
     if y.is_constant:
+        # A float exponent follows nested jvp even where it is integer-valued: its jvp,
+        # y * x**(y-1), turns into 0 * inf = nan at x = 0 past order y (x**2.0 at 0
+        # gives 0, 0, 2, nan, ...). Integer-dtype exponents select exact zeros instead.
         p = y.primal
-        n = _concrete_integer(p)
-        if x.degree == 1 and n is None:
-            integer_exponent = jnp.issubdtype(jnp.result_type(p), np.integer)
-            p = jnp.asarray(p).astype(x.dtype)
-            d = power_line_coeffs(p, jnp.broadcast_to(x.primal, jnp.shape(y0)), y0, order,
-                                  integer_exponent)
-            return Series(ks.along_line(ks.lift(x.coeffs, ndim), d, order))
-        if n is not None:
-            out = integer_power(ks.lift(x.coeffs, ndim), n, order)
-            return Series(ks.with_primal(out, y0))
         integer_exponent = jnp.issubdtype(jnp.result_type(p), np.integer)
         p = jnp.asarray(p).astype(x.dtype)
+        if x.degree == 1:
+            d = power_line_coeffs(
+                p, jnp.broadcast_to(x.primal, jnp.shape(y0)), y0, order, integer_exponent
+            )
+            return Series(ks.along_line(ks.lift(x.coeffs, ndim), d, order))
         c = jnp.broadcast_to(ks.lift(x.coeffs, ndim), (x.degree + 1,) + jnp.shape(y0))
         return Series(_power_series(c, p, y0, order, integer_exponent))
     # x ** y = exp(y log x) when the exponent carries a series.

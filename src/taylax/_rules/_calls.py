@@ -43,8 +43,9 @@ def transformed_call(closed: _compat.ClosedJaxpr, order: int, degrees: tuple[int
     if fn is None:
 
         def taylor_call(*arrays):
-            outs = eval_jaxpr_series(closed.jaxpr, closed.consts, _as_inputs(arrays, degrees),
-                                     order)
+            outs = eval_jaxpr_series(
+                closed.jaxpr, closed.consts, _as_inputs(arrays, degrees), order
+            )
             return _as_outputs(outs)
 
         taylor_call.__name__ = f"taylor_{name}"

@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from .._compat import Primitive
 from .._interpret import register_rule

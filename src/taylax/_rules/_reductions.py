@@ -20,9 +20,9 @@ from ._arithmetic import _balanced_eq, log_series
 
 
 def _reduce_chooser(prim):
-    def rule(order, x, *, axes, out_sharding):
+    def rule(order, x, *, axes, **params):
         del order
-        z0 = prim.bind(x.primal, axes=axes, out_sharding=out_sharding)
+        z0 = prim.bind(x.primal, axes=axes, **params)
         keep = [1 if i in axes else d for i, d in enumerate(x.shape)]
         location = (x.primal == lax.reshape(z0, keep)).astype(x.dtype)
         counts = jnp.sum(location, axis=axes)
@@ -38,8 +38,7 @@ _reduce_chooser(lax.reduce_min_p)
 
 
 @register_rule(lax.reduce_prod_p)
-def _reduce_prod(order, x, *, axes, out_sharding):
-    del out_sharding
+def _reduce_prod(order, x, *, axes, **params):
     c = x.coeffs
     kept = [i for i in range(len(x.shape)) if i not in axes]
     perm = (0,) + tuple(i + 1 for i in kept) + tuple(a + 1 for a in axes)
@@ -56,7 +55,7 @@ def _reduce_prod(order, x, *, axes, out_sharding):
         half = c.shape[-1] // 2
         c = ks.cauchy(c[..., :half], c[..., half:], order)
     out = lax.squeeze(c, (c.ndim - 1,))
-    return Series(ks.with_primal(out, lax.reduce_prod(x.primal, axes)))
+    return Series(ks.with_primal(out, lax.reduce_prod_p.bind(x.primal, axes=axes, **params)))
 
 
 def _cumulative(prim, combine):
@@ -84,9 +83,10 @@ def _series_chooser(select):
         z0 = select(a0, b0)
         wa = _balanced_eq(a0, z0, b0).astype(a.dtype)
         wb = _balanced_eq(b0, z0, a0).astype(a.dtype)
-        return ks.pad_degree(a, b.shape[0] - 1) * wa[None] + ks.pad_degree(
-            b, a.shape[0] - 1
-        ) * wb[None]
+        return (
+            ks.pad_degree(a, b.shape[0] - 1) * wa[None]
+            + ks.pad_degree(b, a.shape[0] - 1) * wb[None]
+        )
 
     return combine
 

@@ -15,7 +15,7 @@ from jax import lax
 from .. import _compat
 from .._interpret import register_rule
 from .._series import Series, pad_degree, with_primal
-from ._common import aligned, deflinear, defelementwise_linear
+from ._common import defelementwise_linear, deflinear
 
 for _p in (lax.real_p, lax.imag_p, lax.conj_p, lax.complex_p):
     defelementwise_linear(_p)
@@ -83,8 +83,9 @@ def _concatenate(order, *xs, dimension):
 @register_rule(lax.reduce_sum_p)
 def _reduce_sum(order, x, *, axes, out_sharding):
     del order, out_sharding
-    return Series(lax.reduce_sum_p.bind(x.coeffs, axes=tuple(a + 1 for a in axes),
-                                        out_sharding=None))
+    return Series(
+        lax.reduce_sum_p.bind(x.coeffs, axes=tuple(a + 1 for a in axes), out_sharding=None)
+    )
 
 
 @register_rule(lax.cumsum_p)
@@ -112,9 +113,9 @@ def _scatter_mul(order, operand, indices, updates, **params):
     # scatter(ones, i, u_0), its coefficient k >= 1 is scatter(zeros, i, u_k).
     scatter_params = dict(params, update_jaxpr=None)
     base = pad_degree(jnp.ones((1,) + operand.shape, operand.dtype), updates.degree)
-    multiplier = jax.vmap(
-        lambda b, u: lax.scatter_p.bind(b, indices.primal, u, **scatter_params)
-    )(base, updates.coeffs)
+    multiplier = jax.vmap(lambda b, u: lax.scatter_p.bind(b, indices.primal, u, **scatter_params))(
+        base, updates.coeffs
+    )
     return Series(cauchy(operand.coeffs, multiplier, order))
 
 
@@ -145,4 +146,23 @@ def _window_chooser(prim, select_prim, x, params):
     return Series(with_primal(gathered, y0))
 
 
-del aligned
+defelementwise_linear(_compat.add_any_p)
+deflinear(lax.fft_p)
+
+
+@register_rule(_compat.device_put_p)
+def _device_put(order, *xs, **params):
+    del order
+    outs = _compat.device_put_p.bind(
+        *[x.primal if x.is_constant else x.coeffs for x in xs], **params
+    )
+    return [Series.constant(o) if x.is_constant else Series(o) for o, x in zip(outs, xs)]
+
+
+@register_rule(lax.optimization_barrier_p)
+def _optimization_barrier(order, *xs, **params):
+    del order
+    outs = lax.optimization_barrier_p.bind(
+        *[x.primal if x.is_constant else x.coeffs for x in xs], **params
+    )
+    return [Series.constant(o) if x.is_constant else Series(o) for o, x in zip(outs, xs)]

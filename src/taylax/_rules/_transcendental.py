@@ -123,8 +123,7 @@ def _logistic(order, x, **params):
 
 @register_rule(lax.tan_p)
 def _tan(order, x, **params):
-    s, c = ks.linear_ode(x.coeffs, [lax.sin(x.primal), lax.cos(x.primal)], [[0, 1], [-1, 0]],
-                         order)
+    s, c = ks.linear_ode(x.coeffs, [lax.sin(x.primal), lax.cos(x.primal)], [[0, 1], [-1, 0]], order)
     return Series(ks.divide(s, c, order, q0=lax.tan(x.primal)))
 
 
@@ -277,3 +276,20 @@ univariate(
         ks.compose(x.coeffs, _polygamma_coeffs(x.primal, 1, order, lax.digamma(x.primal)), order)
     ),
 )
+
+
+@register_rule(lax.polygamma_p)
+def _polygamma(order, n, x, **params):
+    if not n.is_constant:
+        raise NotImplementedError(
+            "taylax differentiates `polygamma(n, x)` with respect to `x` only; the order `n` "
+            "must not depend on the differentiated input."
+        )
+    x0 = x.primal
+    n0 = jnp.broadcast_to(n.primal, jnp.shape(x0)).astype(x0.dtype)
+    ms = ks.orders(order, jnp.ndim(x0), x0.dtype)
+    values = lax.polygamma(n0[None] + ms, jnp.broadcast_to(x0, (order + 1,) + jnp.shape(x0)))
+    d = values / ks.factorials(order, jnp.ndim(x0), x0.dtype)
+    if x.degree == 1:
+        return Series(ks.along_line(x.coeffs, d, order))
+    return Series(ks.compose(x.coeffs, d, order))
