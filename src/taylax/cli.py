@@ -13,6 +13,7 @@ writes markdown and JSON results.
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
 import time
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ from . import _benchmark
 __all__ = ["main"]
 
 _DEMO_ORDERS = (2, 4, 6, 8, 10, 15, 20, 30, 40, 60, 100)
-_QUICK_ORDERS = (1, 2, 4)
+_QUICK_ORDERS = (2, 4)
 _LABELS = {"taylax": "taylax", "jet": "jax.experimental.jet", "nested_jvp": "nested jax.jvp"}
 _STYLES = {"taylax": ("tab:green", "o"), "jet": ("tab:blue", "s"), "nested_jvp": ("tab:red", "^")}
 
@@ -257,7 +258,41 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     _benchmark.add_arguments(bench, default_out_dir="benchmarks/results")
     bench.set_defaults(handler=_benchmark.run_from_args)
+
+    primitives = commands.add_parser(
+        "primitives",
+        help="list the JAX primitives taylax supports (generated from the rule table)",
+        description="Print the supported-primitive list that the README shows.",
+    )
+    primitives.add_argument(
+        "--write-readme",
+        metavar="PATH",
+        nargs="?",
+        const="README.md",
+        default=None,
+        help="replace the list between the README's primitives markers (default README.md)",
+    )
+    primitives.set_defaults(handler=_primitives)
     return parser
+
+
+def _primitives(args: argparse.Namespace) -> int:
+    from ._coverage import primitive_coverage_markdown
+
+    text = primitive_coverage_markdown()
+    if args.write_readme is None:
+        print(text)
+        return 0
+    path = pathlib.Path(args.write_readme)
+    readme = path.read_text()
+    start, end = "<!-- primitives:start -->", "<!-- primitives:end -->"
+    if start not in readme or end not in readme:
+        print(f"{path} has no `{start}` ... `{end}` markers to write the list between.")
+        return 1
+    head, rest = readme.split(start, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{start}\n{text}\n{end}{tail}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,46 @@
+# Developer entry points: `make test`, `make lint`, `make bench`, `make demo`.
+# Each creates .venv (python3.11, else python3) if it is missing and installs the
+# extras it needs; a stamp file per extra, newer than pyproject.toml, skips the
+# install on later runs.
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+SOURCES := src tests benchmarks
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+.PHONY: test lint bench demo clean
+
+$(BIN)/python:
+	@test -n "$(PYTHON)" || { echo "Neither python3.11 nor python3 was found on PATH." >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.stamp-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(VENV)/.stamp-demo: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[demo]'
+	touch $@
+
+lint: $(VENV)/.stamp-test
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
+
+# The demo extra is installed too, so that the `taylax demo` test runs instead of skipping.
+test: lint $(VENV)/.stamp-demo
+	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+bench: $(VENV)/.stamp-test
+	@mkdir -p benchmarks/results
+	@for script in benchmarks/bench_*.py; do \
+		echo "== $$script"; \
+		$(BIN)/python $$script $(BENCH_ARGS) || exit 1; \
+	done
+
+demo: $(VENV)/.stamp-demo
+	$(BIN)/taylax demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis taylax_demo.png
