@@ -9,7 +9,7 @@ from jax import lax
 from .. import _series as ks
 from .._interpret import register_rule
 from .._series import Series
-from ._common import aligned, defconstant, defelementwise_linear, weighted_sum
+from ._common import aligned, chunked, defconstant, defelementwise_linear, weighted_sum
 
 for _p in (lax.add_p, lax.sub_p, lax.neg_p, lax.reduce_precision_p, lax.copy_p):
     defelementwise_linear(_p)
@@ -29,19 +29,29 @@ def _stacked_pair(x: Series, y: Series):
     return ks.lift(x.coeffs, ndim), ks.lift(y.coeffs, ndim)
 
 
-@register_rule(lax.mul_p)
-def _mul(order, x, y, **params):
+@chunked
+def _mul_series(order, x, y):
     a, b = _stacked_pair(x, y)
     return Series(ks.cauchy(a, b, order))
 
 
+@register_rule(lax.mul_p)
+def _mul(order, x, y, **params):
+    if x.is_constant or y.is_constant or min(x.degree, y.degree) <= 2:
+        a, b = _stacked_pair(x, y)
+        return Series(ks.cauchy(a, b, order))
+    return _mul_series(order, x, y)
+
+
 @register_rule(lax.div_p)
+@chunked
 def _div(order, x, y, **params):
     a, b = _stacked_pair(x, y)
     return Series(ks.divide(a, b, order, q0=lax.div(x.primal, y.primal)))
 
 
 @register_rule(lax.square_p)
+@chunked
 def _square(order, x, **params):
     return Series(ks.cauchy(x.coeffs, x.coeffs, order))
 
@@ -80,6 +90,7 @@ def power_line_coeffs(p, x0, primal, order: int, integer_exponent: bool = False)
 
 
 @register_rule(lax.integer_pow_p)
+@chunked
 def _integer_pow(order, x, *, y):
     y0 = lax.integer_pow(x.primal, y)
     if x.degree == 1:
@@ -106,7 +117,7 @@ def _root(prim, p):
             return Series(ks.along_line(x.coeffs, ks.with_primal(d, y0), order))
         return Series(ks.power(x.coeffs, p, y0, order))
 
-    register_rule(prim)(rule)
+    register_rule(prim)(chunked(rule))
 
 
 _root(lax.sqrt_p, 0.5)
@@ -141,6 +152,7 @@ def _power_series(c, p, y0, order: int, integer_exponent: bool = False):
 
 
 @register_rule(lax.pow_p)
+@chunked
 def _pow(order, x, y, **params):
     y0 = lax.pow(x.primal, y.primal)
     ndim = len(jnp.shape(y0))
@@ -214,6 +226,7 @@ def _select_n(order, which, *cases, **params):
 
 
 @register_rule(lax.abs_p)
+@chunked
 def _abs(order, x, **params):
     y0 = lax.abs(x.primal)
     if jnp.issubdtype(x.dtype, np.complexfloating):

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from .._compat import Primitive
 from .._interpret import register_rule
@@ -98,3 +99,49 @@ def weighted_sum(xs: Sequence[Series], weights: Sequence, primal) -> Series:
         term = c * jnp.asarray(w, c.dtype)[None]
         total = term if total is None else total + term
     return Series(with_primal(total, primal))
+
+
+# Elementwise rules whose recurrences sweep the whole (order+1, *shape) state once
+# per coefficient are memory-bound on large arrays. Running them on chunks of the
+# elements that fit in cache (one `lax.map`) is several times faster; the target
+# is about this many stacked elements per chunk.
+CHUNK_ELEMENTS = 8192
+
+
+def chunk_size(order: int) -> int:
+    target = max(64, CHUNK_ELEMENTS // (order + 1))
+    return 1 << (target.bit_length() - 1)
+
+
+def chunked(rule):
+    """Run an elementwise rule chunk by chunk over its elements when they are many.
+
+    The rule must treat every element independently (no reductions across
+    elements) and return one `Series`.
+    """
+
+    def wrapped(order, *xs, **params):
+        shape = tuple(jnp.broadcast_shapes(*[x.shape for x in xs]))
+        size = int(np.prod(shape)) if shape else 1
+        width = chunk_size(order)
+        if order < 2 or size < 2 * width or all(x.is_constant for x in xs):
+            return rule(order, *xs, **params)
+        count = -(-size // width)
+        padded = count * width
+
+        def split(x: Series):
+            c = jnp.broadcast_to(x.coeffs, (x.degree + 1,) + shape)
+            c = c.reshape(x.degree + 1, size)
+            if padded > size:
+                # Pad with ones: a harmless point for every elementwise function here.
+                c = jnp.concatenate([c, jnp.ones((x.degree + 1, padded - size), c.dtype)], 1)
+            return c.reshape(x.degree + 1, count, width).transpose(1, 0, 2)
+
+        def one_chunk(chunks):
+            return rule(order, *[Series(c) for c in chunks], **params).coeffs
+
+        out = lax.map(one_chunk, [split(x) for x in xs])
+        out = out.transpose(1, 0, 2).reshape(out.shape[1], padded)[:, :size]
+        return Series(out.reshape((out.shape[0],) + shape))
+
+    return wrapped

@@ -19,6 +19,7 @@ from .. import _series as ks
 from .._interpret import register_rule
 from .._series import Series
 from ._arithmetic import log_series
+from ._common import chunked
 
 
 def _full(x: Series, order: int):
@@ -42,10 +43,12 @@ def univariate(prim, line_coeffs, general):
     degree 1 (seeds and affine functions of them) with no recurrence at all.
     """
 
+    general_chunked = chunked(lambda order, x: general(order, x))
+
     def rule(order, x, **params):
         if x.degree == 1:
             return Series(ks.along_line(x.coeffs, line_coeffs(x.primal, order), order))
-        return general(order, x)
+        return general_chunked(order, x)
 
     register_rule(prim)(rule)
 
@@ -110,11 +113,13 @@ univariate(lax.cosh_p, *_pair("hyp", 1))
 
 
 @register_rule(lax.tanh_p)
+@chunked
 def _tanh(order, x, **params):
     return Series(ks.tanh(x.coeffs, lax.tanh(x.primal), order))
 
 
 @register_rule(lax.logistic_p)
+@chunked
 def _logistic(order, x, **params):
     # logistic(x) = (1 + tanh(x / 2)) / 2
     t = ks.tanh(x.coeffs / 2, lax.tanh(x.primal / 2), order)
@@ -122,6 +127,7 @@ def _logistic(order, x, **params):
 
 
 @register_rule(lax.tan_p)
+@chunked
 def _tan(order, x, **params):
     s, c = ks.linear_ode(x.coeffs, [lax.sin(x.primal), lax.cos(x.primal)], [[0, 1], [-1, 0]], order)
     return Series(ks.divide(s, c, order, q0=lax.tan(x.primal)))
@@ -185,7 +191,7 @@ def _inverse_trig(prim, sign_one, sign_sq, kind, scale=1.0):
             g = ks.divide(jnp.ones_like(w[:1]), w, order - 1)
         return _integral(x, scale * g if scale != 1.0 else g, y0, order)
 
-    register_rule(prim)(rule)
+    register_rule(prim)(chunked(rule))
 
 
 _inverse_trig(lax.asin_p, 1.0, -1.0, "rsqrt")
@@ -197,6 +203,7 @@ _inverse_trig(lax.atanh_p, 1.0, -1.0, "recip")
 
 
 @register_rule(lax.atan2_p)
+@chunked
 def _atan2(order, y, x, **params):
     z0 = lax.atan2(y.primal, x.primal)
     ndim = len(jnp.shape(z0))
@@ -221,7 +228,7 @@ def _erf_like(prim, sign):
         (e,) = ks.linear_ode(z, [lax.exp(-x.primal * x.primal)], [[1]], order - 1)
         return _integral(x, (sign * 2 / math.sqrt(math.pi)) * e, y0, order)
 
-    register_rule(prim)(rule)
+    register_rule(prim)(chunked(rule))
 
 
 _erf_like(lax.erf_p, 1.0)
@@ -229,6 +236,7 @@ _erf_like(lax.erfc_p, -1.0)
 
 
 @register_rule(lax.erf_inv_p)
+@chunked
 def _erf_inv(order, x, **params):
     # y' = x' * c * w with w = exp(q), q = y^2, all filled one coefficient per step.
     c = _full(x, order)
