@@ -10,13 +10,16 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from fractions import Fraction
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .. import _series as ks
-from .._interpret import register_rule
+from .._interpret import register_rule, taylor_rules
 from .._series import Series
 from ._arithmetic import log_series
 from ._common import chunked
@@ -112,25 +115,86 @@ univariate(lax.sinh_p, *_pair("hyp", 0))
 univariate(lax.cosh_p, *_pair("hyp", 1))
 
 
-@register_rule(lax.tanh_p)
-@chunked
-def _tanh(order, x, **params):
+# Along a line, the derivatives of tanh, logistic and tan are polynomials in the
+# function's own value: f^(k) = P_k(y) with P_0 = y, P_{k+1} = P_k' * g(y). Their
+# coefficients are exact integers, evaluated in float64 with one small matmul. The
+# monomial basis loses accuracy as the coefficients grow (about 1.3^k for tanh), so
+# it is used up to these orders (measured against the recurrence: tanh agrees to
+# 2e-13 at order 10 but only 6e-10 at 16; tan to 2e-15 at 16) and the recurrence beyond.
+_POLYNOMIAL_MAX_ORDER = {"tanh": 10, "tan": 16}
+_RICCATI = {"tanh": (1, 0, -1), "tan": (1, 0, 1)}
+
+
+@functools.cache
+def _derivative_polynomials(kind: str, order: int) -> np.ndarray:
+    """`C[k, j]`: coefficient of `y^j` in `P_{k-1}'(y) / k!`, so `f^(k)/k! = g(y) C[k] . y^j`.
+
+    Factoring out `g(y)` (`1 - y^2` for tanh) and computing it accurately keeps
+    the small values far from 0 (tanh near 1) free of cancellation.
+    """
+    g = _RICCATI[kind]
+    poly = [0, 1]
+    table = np.zeros((order + 1, order + 2))
+    for k in range(1, order + 1):
+        deriv = [i * poly[i] for i in range(1, len(poly))]
+        for j, c in enumerate(deriv):
+            table[k, j] = float(Fraction(c, math.factorial(k)))
+        nxt = [0] * (len(deriv) + len(g) - 1)
+        for i, a in enumerate(deriv):
+            for j, b in enumerate(g):
+                nxt[i + j] += a * b
+        poly = nxt
+    return table
+
+
+def _riccati_factor(kind: str, x0, y0):
+    """`g(f(x0))` computed without cancellation."""
+    if kind == "tanh":
+        return 1 / lax.square(lax.cosh(x0))
+    return 1 + y0 * y0
+
+
+def _polynomial_line(kind: str, x0, y0, order: int):
+    table = _derivative_polynomials(kind, order)
+    shape = jnp.shape(y0)
+    powers = jnp.cumprod(jnp.broadcast_to(y0, (order + 1,) + shape), 0)
+    powers = lax.concatenate([jnp.ones((1,) + shape, powers.dtype), powers], 0)
+    d = jnp.tensordot(jnp.asarray(table, powers.dtype), powers, axes=1)
+    d = d * _riccati_factor(kind, x0, y0)[None]
+    return ks.with_primal(d, y0)
+
+
+def _riccati_rule(prim, kind, general):
+    general = chunked(general)
+
+    def rule(order, x, **params):
+        if x.degree == 1 and order <= _POLYNOMIAL_MAX_ORDER.get(kind, -1):
+            d = _polynomial_line(kind, x.primal, prim.bind(x.primal, **params), order)
+            return Series(ks.along_line(x.coeffs, d, order))
+        return general(order, x)
+
+    register_rule(prim)(rule)
+
+
+def _tanh(order, x):
     return Series(ks.tanh(x.coeffs, lax.tanh(x.primal), order))
 
 
-@register_rule(lax.logistic_p)
-@chunked
 def _logistic(order, x, **params):
     # logistic(x) = (1 + tanh(x / 2)) / 2
-    t = ks.tanh(x.coeffs / 2, lax.tanh(x.primal / 2), order)
+    half = Series(x.coeffs / 2)
+    t = taylor_rules[lax.tanh_p](order, half).coeffs
     return Series(ks.with_primal(t / 2, lax.logistic(x.primal)))
 
 
-@register_rule(lax.tan_p)
-@chunked
-def _tan(order, x, **params):
+def _tan(order, x):
     s, c = ks.linear_ode(x.coeffs, [lax.sin(x.primal), lax.cos(x.primal)], [[0, 1], [-1, 0]], order)
     return Series(ks.divide(s, c, order, q0=lax.tan(x.primal)))
+
+
+_riccati_rule(lax.tanh_p, "tanh", _tanh)
+register_rule(lax.logistic_p)(_logistic)
+_riccati_rule(lax.tan_p, "tan", _tan)
 
 
 def _log_line(shift_one: bool):
