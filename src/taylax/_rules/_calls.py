@@ -2,8 +2,9 @@
 
 A `jit` sub-program is transformed once per (jaxpr, order, input degrees) and
 re-bound as a `jit`, so a function called from many places is transformed and
-traced once and the structure of the program is kept. Custom derivative rules
-define first derivatives only, so their primal function is what gets expanded.
+traced once and the structure of the program is kept. A custom_jvp rule is
+followed the way nested jvp follows it; a custom_vjp function has no forward
+rule, so its primal function is expanded.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import weakref
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _compat
 from .._interpret import eval_jaxpr_series, register_rule
-from .._series import Series
+from .._series import Series, derivative_series, integrate, pad_degree
 
 _TRANSFORMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -69,10 +71,46 @@ def _closed_call(order, *xs, call_jaxpr, **params):
     return eval_jaxpr_series(call_jaxpr.jaxpr, call_jaxpr.consts, xs, order)
 
 
+def _tangent_series(x: Series, degree: int) -> Series:
+    if not jnp.issubdtype(x.dtype, np.inexact):
+        return Series.constant(np.zeros(x.shape, jax.dtypes.float0))
+    if x.is_constant:
+        return Series.constant(jnp.zeros(x.shape, x.dtype))
+    return Series(derivative_series(x.coeffs)[: degree + 1])
+
+
 @register_rule(_compat.custom_jvp_call_p)
-def _custom_jvp_call(order, *xs, call_jaxpr, **params):
-    del params
-    return eval_jaxpr_series(call_jaxpr.jaxpr, call_jaxpr.consts, xs, order)
+def _custom_jvp_call(order, *xs, call_jaxpr, jvp_jaxpr_fun, num_consts, symbolic_zeros):
+    """Follow the custom jvp rule, as nested jvp does.
+
+    With `y(s) = f(x(s))`, nested jvp computes `y' = T(x, x')` with the rule's
+    tangent function `T` and differentiates `T`'s own implementation for higher
+    orders. So the series of `y'` is `T` evaluated on the series of `x` and
+    `x'` at order `K-1`, and `y` is its integral from `f(x_0)`.
+    """
+    primal_outs = _compat.jaxpr_as_fun(call_jaxpr)(*[x.primal for x in xs])
+    if order == 0:
+        return [Series.constant(p) for p in primal_outs]
+    low = order - 1
+    args = xs[num_consts:]
+    if symbolic_zeros:
+        zero_tangent = [x.is_constant or not jnp.issubdtype(x.dtype, np.inexact) for x in args]
+    else:
+        # The rule expects every tangent instantiated (as jax.jvp passes them).
+        zero_tangent = [False] * len(args)
+    jvp_jaxpr, jvp_consts, out_zeros = jvp_jaxpr_fun.call_wrapped(*zero_tangent)
+    primals_in = [x if x.degree <= low else Series(x.coeffs[: low + 1]) for x in args]
+    tangents_in = [_tangent_series(x, low) for x, zero in zip(args, zero_tangent) if not zero]
+    outs = eval_jaxpr_series(jvp_jaxpr, jvp_consts, primals_in + tangents_in, low)
+    tangents = iter(outs[len(out_zeros) :])
+    result = []
+    for y0, zero in zip(primal_outs, out_zeros):
+        if zero:
+            result.append(Series.constant(y0))
+            continue
+        t = next(tangents)
+        result.append(Series(integrate(pad_degree(t.coeffs, low), y0, order)))
+    return result
 
 
 @register_rule(_compat.custom_vjp_call_p)
