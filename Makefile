@@ -38,6 +38,7 @@ bench: $(VENV)/.stamp-test
 		echo "== $$script"; \
 		$(BIN)/python $$script $(BENCH_ARGS) || exit 1; \
 	done
+	$(BIN)/python benchmarks/update_readme.py
 
 demo: $(VENV)/.stamp-demo
 	$(BIN)/taylax demo

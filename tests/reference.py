@@ -281,3 +281,14 @@ def check_against_oracle(
                 failures.append(str(exc))
     if failures:
         raise AssertionError("\n".join(failures))
+
+
+def case_params(cases, accepts_complex: Callable[[Any], bool]) -> list:
+    """`pytest.param(name, dtype)` for every case: float64, and complex128 where it applies."""
+    import pytest
+
+    params = []
+    for case in cases:
+        for dtype in ["float64"] + (["complex128"] if accepts_complex(case) else []):
+            params.append(pytest.param(case.name, dtype, id=f"{case.name}-{dtype}"))
+    return params

@@ -20,7 +20,7 @@ import pytest
 from jax import lax
 
 import taylax
-from reference import assert_series_close, check_against_oracle, direction, oracle
+from reference import assert_series_close, case_params, check_against_oracle, direction, oracle
 
 BASE_ORDERS = (0, 1, 2, 6)
 HIGH_ORDER = 10
@@ -176,15 +176,7 @@ _BY_NAME = {c.name: c for c in CASES}
 assert len(_BY_NAME) == len(CASES), "duplicate case names"
 
 
-def _params():
-    params = []
-    for case in CASES:
-        for dtype in ["float64"] + (["complex128"] if case.cpoints is not None else []):
-            params.append(pytest.param(case.name, dtype, id=f"{case.name}-{dtype}"))
-    return params
-
-
-@pytest.mark.parametrize("name,dtype", _params())
+@pytest.mark.parametrize("name,dtype", case_params(CASES, lambda c: c.cpoints is not None))
 def test_elementwise_rule(name, dtype):
     case = _BY_NAME[name]
     points = case.points if dtype == "float64" else case.cpoints

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from reference import check_against_oracle, direction, seeded_rng
+from reference import case_params, check_against_oracle, direction, seeded_rng
 
 ORDERS = (1, 6)  # the order-6 result holds orders 0..6; order 1 checks low truncation
 
@@ -278,15 +278,7 @@ def _inputs(case: Case, dtype: str):
     return x, v
 
 
-def _params():
-    params = []
-    for case in CASES:
-        for dtype in ["float64"] + (["complex128"] if case.complex_ok else []):
-            params.append(pytest.param(case.name, dtype, id=f"{case.name}-{dtype}"))
-    return params
-
-
-@pytest.mark.parametrize("name,dtype", _params())
+@pytest.mark.parametrize("name,dtype", case_params(CASES, lambda c: c.complex_ok))
 def test_structural_rule(name, dtype):
     case = _BY_NAME[name]
     x, v = _inputs(case, dtype)
