@@ -198,8 +198,10 @@ def cauchy(a: Array, b: Array, order: int) -> Array:
             out = term if out is None else out + term
         return out
     table = toeplitz(b, degree + 1, da + 1)  # (degree+1, da+1, *S)
-    a = a[: degree + 1] if da > degree else a
-    return jnp.sum(a[None] * table[:, : a.shape[0]], axis=1)
+    if a.ndim == 1:
+        # Scalars: one matrix-vector product.
+        return lax.dot_general(table, a, (((1,), (0,)), ((), ())))
+    return jnp.sum(a[None] * table, axis=1)
 
 
 def cauchy_bilinear(op: Callable[[Array, Array], Array], a: Array, b: Array, order: int) -> Array:
@@ -451,9 +453,38 @@ def along_line(x: Array, taylor_coeffs: Array, order: int) -> Array:
     """
     x1 = lax.index_in_dim(x, 1, keepdims=False)
     shape = jnp.shape(taylor_coeffs)[1:]
-    powers = jnp.cumprod(jnp.broadcast_to(x1, (order,) + shape).astype(taylor_coeffs.dtype), 0)
-    powers = lax.concatenate([jnp.ones((1,) + shape, powers.dtype), powers], 0)
-    return taylor_coeffs * powers
+    x1 = jnp.broadcast_to(x1, shape).astype(taylor_coeffs.dtype)
+    return taylor_coeffs * powers(x1, min(order, degree_of(taylor_coeffs)))
+
+
+def powers(x: Array, order: int, sign: int = 1) -> Array:
+    """`x^(sign k)` for k = 0..order, stacked.
+
+    One `pow` for real dtypes (exact for integer exponents, 0^0 = 1, negative
+    bases fine); repeated products for complex ones, where pow goes through log.
+    """
+    dtype = jnp.result_type(x)
+    if jnp.issubdtype(dtype, np.complexfloating):
+        base = jnp.broadcast_to(x if sign > 0 else 1 / x, (order,) + jnp.shape(x))
+        return lax.concatenate([jnp.ones((1,) + jnp.shape(x), dtype), jnp.cumprod(base, 0)], 0)
+    ks = orders(order, jnp.ndim(x), dtype) * sign
+    return lax.pow(jnp.broadcast_to(x, ks.shape[:1] + jnp.shape(x)), ks.astype(dtype))
+
+
+def falling_factorials(p, order: int, shape, dtype) -> Array:
+    """`p (p-1) ... (p-m+1)` for m = 0..order (computed in NumPy when `p` is concrete)."""
+    try:
+        concrete = np.asarray(p, dtype=np.result_type(dtype))
+    except Exception:  # a tracer: compute it in the program
+        concrete = None
+    if concrete is not None:
+        steps = concrete[None] - np.arange(order).reshape((order,) + (1,) * concrete.ndim)
+        out = np.concatenate([np.ones((1,) + concrete.shape), np.cumprod(steps, 0)], 0)
+        out = out.reshape((order + 1,) + (1,) * (len(shape) - concrete.ndim) + concrete.shape)
+        return jnp.broadcast_to(jnp.asarray(out, dtype), (order + 1,) + tuple(shape))
+    p = jnp.broadcast_to(jnp.asarray(p, dtype), shape)
+    steps = p[None] - orders(order, len(shape), dtype)
+    return jnp.cumprod(jnp.concatenate([jnp.ones((1,) + tuple(shape), dtype), steps[:-1]]), 0)
 
 
 def exp_like_power_coeffs(p, x0: Array, order: int) -> Array:
@@ -465,9 +496,7 @@ def exp_like_power_coeffs(p, x0: Array, order: int) -> Array:
     """
     dtype = jnp.result_type(x0)
     shape = jnp.broadcast_shapes(jnp.shape(x0), jnp.shape(p))
-    p = jnp.broadcast_to(jnp.asarray(p, dtype), shape)
-    ms = orders(order, len(shape), dtype)
-    steps = p[None] - ms
-    falling = jnp.cumprod(jnp.concatenate([jnp.ones((1,) + shape, dtype), steps[:-1]]), 0)
+    falling = falling_factorials(p, order, shape, dtype)
+    steps = jnp.broadcast_to(jnp.asarray(p, dtype), shape)[None] - orders(order, len(shape), dtype)
     base = jnp.broadcast_to(x0, steps.shape).astype(dtype)
     return falling / factorials(order, len(shape), dtype) * lax.pow(base, steps)

@@ -77,10 +77,9 @@ def integer_power(c, n: int, order: int):
 def power_line_coeffs(p, x0, primal, order: int, integer_exponent: bool = False):
     """`f^(k)(x0)/k!` for `f = x**p`, computed as nested jvp computes it."""
     if isinstance(p, int) and p >= 0:
-        # Exactly zero past the degree of the polynomial (no 0 * inf).
-        n = int(p)
-        d = ks.exp_like_power_coeffs(p, x0, min(n, order))
-        d = ks.pad_degree(d, order)
+        # A polynomial of degree n: coefficients past n are known zeros (no 0 * inf),
+        # and the short result keeps later products cheap.
+        d = ks.exp_like_power_coeffs(p, x0, min(int(p), order))
     else:
         d = ks.exp_like_power_coeffs(p, x0, order)
         if integer_exponent:
@@ -102,11 +101,9 @@ def _integer_pow(order, x, *, y):
 
 def _root_line_coeffs(p, x0, y0, order: int):
     """`binom(p, k) y0 / x0^k`: defined wherever the root is (cbrt of a negative number)."""
-    ones = jnp.ones_like(x0)
-    falling = ks.exp_like_power_coeffs(p, ones, order)  # binom(p, k)
-    recip = jnp.broadcast_to(1 / x0, (order,) + jnp.shape(x0))
-    powers = lax.concatenate([ones[None], jnp.cumprod(recip, 0)], 0)
-    return falling * powers * y0[None]
+    shape, dtype = jnp.shape(x0), jnp.result_type(x0)
+    binom = ks.falling_factorials(p, order, shape, dtype) / ks.factorials(order, len(shape), dtype)
+    return binom * ks.powers(x0, order, sign=-1) * y0[None]
 
 
 def _root(prim, p):

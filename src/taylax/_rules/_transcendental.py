@@ -73,8 +73,7 @@ def _expm1_general(order, x):
 
 
 def _ln2_powers(x0, order):
-    ln2 = ks.orders(order, jnp.ndim(x0), x0.dtype) * 0 + math.log(2.0)
-    return jnp.cumprod(jnp.concatenate([jnp.ones_like(ln2[:1]), ln2[1:]]), 0)
+    return math.log(2.0) ** ks.orders(order, jnp.ndim(x0), x0.dtype)
 
 
 univariate(lax.exp_p, lambda x0, k: _scaled([lax.exp(x0)], k), _exp_general)
@@ -157,8 +156,8 @@ def _riccati_factor(kind: str, x0, y0):
 def _polynomial_line(kind: str, x0, y0, order: int):
     table = _derivative_polynomials(kind, order)
     shape = jnp.shape(y0)
-    powers = jnp.cumprod(jnp.broadcast_to(y0, (order + 1,) + shape), 0)
-    powers = lax.concatenate([jnp.ones((1,) + shape, powers.dtype), powers], 0)
+    del shape
+    powers = ks.powers(y0, order + 1)
     d = jnp.tensordot(jnp.asarray(table, powers.dtype), powers, axes=1)
     d = d * _riccati_factor(kind, x0, y0)[None]
     return ks.with_primal(d, y0)
@@ -202,8 +201,7 @@ def _log_line(shift_one: bool):
         base = 1 + x0 if shift_one else x0
         primal = lax.log1p(x0) if shift_one else lax.log(x0)
         ms = ks.orders(order, jnp.ndim(x0), x0.dtype)
-        recip = jnp.broadcast_to(1 / base, (order,) + jnp.shape(x0))
-        powers = jnp.cumprod(recip, 0)  # base^-k
+        powers = ks.powers(base, order, sign=-1)[1:]  # base^-k
         signs = jnp.where(ms[1:] % 2 == 1, 1.0, -1.0).astype(x0.dtype)
         rest = signs * powers / ms[1:]
         return lax.concatenate([jnp.asarray(primal)[None], rest], 0)
