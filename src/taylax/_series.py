@@ -460,15 +460,17 @@ def along_line(x: Array, taylor_coeffs: Array, order: int) -> Array:
 def powers(x: Array, order: int, sign: int = 1) -> Array:
     """`x^(sign k)` for k = 0..order, stacked.
 
-    One `pow` for real dtypes (exact for integer exponents, 0^0 = 1, negative
-    bases fine); repeated products for complex ones, where pow goes through log.
+    Small real arrays use one `pow` (exact for integer exponents, 0^0 = 1,
+    negative bases fine), which compiles much faster than a cumulative
+    product; larger arrays and complex ones use repeated products, cheaper to
+    run than `pow`'s exp/log per element.
     """
     dtype = jnp.result_type(x)
-    if jnp.issubdtype(dtype, np.complexfloating):
-        base = jnp.broadcast_to(x if sign > 0 else 1 / x, (order,) + jnp.shape(x))
-        return lax.concatenate([jnp.ones((1,) + jnp.shape(x), dtype), jnp.cumprod(base, 0)], 0)
-    ks = orders(order, jnp.ndim(x), dtype) * sign
-    return lax.pow(jnp.broadcast_to(x, ks.shape[:1] + jnp.shape(x)), ks.astype(dtype))
+    if jnp.size(x) <= 64 and not jnp.issubdtype(dtype, np.complexfloating):
+        ks = orders(order, jnp.ndim(x), dtype) * sign
+        return lax.pow(jnp.broadcast_to(x, ks.shape[:1] + jnp.shape(x)), ks.astype(dtype))
+    base = jnp.broadcast_to(x if sign > 0 else 1 / x, (order,) + jnp.shape(x))
+    return lax.concatenate([jnp.ones((1,) + jnp.shape(x), dtype), jnp.cumprod(base, 0)], 0)
 
 
 def falling_factorials(p, order: int, shape, dtype) -> Array:
