@@ -21,7 +21,6 @@ Var = jex_core.Var
 DropVar = jex_core.DropVar
 check_jaxpr = jex_core.check_jaxpr
 jaxprs_in_params = jex_core.jaxprs_in_params
-jaxpr_as_fun = jex_core.jaxpr_as_fun
 
 # Primitives that carry sub-programs.
 jit_p = jex_prims.jit_p

@@ -24,7 +24,6 @@ import numpy as np
 from jax import lax
 
 Array = jax.Array
-UNROLL = 1
 
 
 class Series:
@@ -273,10 +272,11 @@ def fori(order: int, body, init):
     """Run `body(k, carry)` for k = 1..order (a scan: reverse-mode differentiable)."""
     if order < 1:
         return init
-    return lax.fori_loop(1, order + 1, body, init, unroll=UNROLL)
+    return lax.fori_loop(1, order + 1, body, init)
 
 
-def _fresh(primal: Array, order: int, dtype) -> Array:
+def fresh(primal: Array, order: int, dtype) -> Array:
+    """A series with coefficient 0 `primal` and the rest zero, stacked to `order`."""
     return pad_degree(jnp.asarray(primal, dtype)[None], order)
 
 
@@ -309,7 +309,7 @@ def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array
     shape = jnp.broadcast_shapes(x.shape[1:], *[jnp.shape(y0) for y0 in y0s])
     x = jnp.broadcast_to(x, (order + 1,) + shape)
     source = forward_source(derivative_series(x).astype(dtype), order, 1)
-    ys = [_fresh(jnp.broadcast_to(y0, shape), order, dtype) for y0 in y0s]
+    ys = [fresh(jnp.broadcast_to(y0, shape), order, dtype) for y0 in y0s]
     accs = [jnp.zeros_like(y) for y in ys]
 
     def body(m, carry):
@@ -345,7 +345,7 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
     a = jnp.broadcast_to(pad_degree(a, order), (order + 1,) + shape).astype(dtype)
     b = jnp.broadcast_to(pad_degree(b, order), (order + 1,) + shape).astype(dtype)
     b0 = b[0]
-    q = _fresh(a[0] / b0 if q0 is None else q0, order, dtype)
+    q = fresh(a[0] / b0 if q0 is None else q0, order, dtype)
     source = forward_source(b, order, 0)
 
     def body(m, carry):
@@ -371,7 +371,7 @@ def power(x: Array, p, y0: Array, order: int) -> Array:
     jx_source = forward_source(ks * x, order, 0)
     x_source = forward_source(x, order, 0)
     x0 = x[0]
-    y = _fresh(jnp.broadcast_to(y0, shape), order, dtype)
+    y = fresh(jnp.broadcast_to(y0, shape), order, dtype)
 
     def body(m, carry):
         y, acc = carry
@@ -435,7 +435,7 @@ def compose(x: Array, taylor_coeffs: Array, order: int) -> Array:
     delta = with_primal(x, jnp.zeros(shape, dtype))
     table = toeplitz(delta, order + 1, order + 1)
     ks = orders(order, len(shape), dtype)
-    acc = _fresh(d[0], order, dtype)
+    acc = fresh(d[0], order, dtype)
 
     def body(m, carry):
         acc, power = carry
@@ -477,8 +477,8 @@ def falling_factorials(p, order: int, shape, dtype) -> Array:
     """`p (p-1) ... (p-m+1)` for m = 0..order (computed in NumPy when `p` is concrete)."""
     try:
         concrete = np.asarray(p, dtype=np.result_type(dtype))
-    except Exception:  # a tracer: compute it in the program
-        concrete = None
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        concrete = None  # a tracer: compute it in the program
     if concrete is not None:
         steps = concrete[None] - np.arange(order).reshape((order,) + (1,) * concrete.ndim)
         out = np.concatenate([np.ones((1,) + concrete.shape), np.cumprod(steps, 0)], 0)

@@ -29,31 +29,39 @@ def _stacked_pair(x: Series, y: Series):
     return ks.lift(x.coeffs, ndim), ks.lift(y.coeffs, ndim)
 
 
-@chunked
-def _mul_series(order, x, y):
+def _product(order, x, y):
     a, b = _stacked_pair(x, y)
     return Series(ks.cauchy(a, b, order))
 
 
+_product_chunked = chunked(_product)
+
+
 @register_rule(lax.mul_p)
 def _mul(order, x, y, **params):
+    # A constant or low-degree factor costs a few shifted products: no chunking needed.
     if x.is_constant or y.is_constant or min(x.degree, y.degree) <= 2:
-        a, b = _stacked_pair(x, y)
-        return Series(ks.cauchy(a, b, order))
-    return _mul_series(order, x, y)
+        return _product(order, x, y)
+    return _product_chunked(order, x, y)
 
 
-@register_rule(lax.div_p)
-@chunked
-def _div(order, x, y, **params):
+@register_rule(lax.square_p)
+def _square(order, x, **params):
+    return _mul(order, x, x)
+
+
+def _quotient(order, x, y):
     a, b = _stacked_pair(x, y)
     return Series(ks.divide(a, b, order, q0=lax.div(x.primal, y.primal)))
 
 
-@register_rule(lax.square_p)
-@chunked
-def _square(order, x, **params):
-    return Series(ks.cauchy(x.coeffs, x.coeffs, order))
+_quotient_chunked = chunked(_quotient)
+
+
+@register_rule(lax.div_p)
+def _div(order, x, y, **params):
+    # A constant denominator is one division per coefficient; a series one is a recurrence.
+    return _quotient(order, x, y) if y.is_constant else _quotient_chunked(order, x, y)
 
 
 def integer_power(c, n: int, order: int):
@@ -74,6 +82,17 @@ def integer_power(c, n: int, order: int):
     return result
 
 
+def _pow_taylor_coeffs(p, x0, order: int, integer_exponent: bool):
+    """`binom(p, m) x0^(p-m)`; integer-dtype exponents select exact zeros where the
+    falling factorial vanishes, as JAX's pow jvp does for them."""
+    d = ks.exp_like_power_coeffs(p, x0, order)
+    if integer_exponent:
+        shape = jnp.broadcast_shapes(jnp.shape(x0), jnp.shape(p))
+        falling = ks.falling_factorials(p, order, shape, jnp.result_type(x0))
+        d = jnp.where(falling == 0, 0, d)
+    return d
+
+
 def power_line_coeffs(p, x0, primal, order: int, integer_exponent: bool = False):
     """`f^(k)(x0)/k!` for `f = x**p`, computed as nested jvp computes it."""
     if isinstance(p, int) and p >= 0:
@@ -81,22 +100,23 @@ def power_line_coeffs(p, x0, primal, order: int, integer_exponent: bool = False)
         # and the short result keeps later products cheap.
         d = ks.exp_like_power_coeffs(p, x0, min(int(p), order))
     else:
-        d = ks.exp_like_power_coeffs(p, x0, order)
-        if integer_exponent:
-            falling_zero = ks.exp_like_power_coeffs(p, jnp.ones_like(x0), order) == 0
-            d = jnp.where(falling_zero, 0, d)
+        d = _pow_taylor_coeffs(p, x0, order, integer_exponent)
     return ks.with_primal(d, primal)
 
 
-@register_rule(lax.integer_pow_p)
 @chunked
+def _integer_pow_general(order, x, *, y):
+    out = integer_power(x.coeffs, y, order)
+    return Series(ks.with_primal(out, lax.integer_pow(x.primal, y)))
+
+
+@register_rule(lax.integer_pow_p)
 def _integer_pow(order, x, *, y):
-    y0 = lax.integer_pow(x.primal, y)
     if x.degree == 1:
+        y0 = lax.integer_pow(x.primal, y)
         d = power_line_coeffs(int(y), x.primal, y0, order, integer_exponent=True)
         return Series(ks.along_line(x.coeffs, d, order))
-    out = integer_power(x.coeffs, y, order)
-    return Series(ks.with_primal(out, y0))
+    return _integer_pow_general(order, x, y=y)
 
 
 def _root_line_coeffs(p, x0, y0, order: int):
@@ -107,14 +127,18 @@ def _root_line_coeffs(p, x0, y0, order: int):
 
 
 def _root(prim, p):
+    @chunked
+    def general(order, x, **params):
+        return Series(ks.power(x.coeffs, p, prim.bind(x.primal, **params), order))
+
     def rule(order, x, **params):
-        y0 = prim.bind(x.primal, **params)
         if x.degree == 1:
+            y0 = prim.bind(x.primal, **params)
             d = _root_line_coeffs(p, x.primal, y0, order)
             return Series(ks.along_line(x.coeffs, ks.with_primal(d, y0), order))
-        return Series(ks.power(x.coeffs, p, y0, order))
+        return general(order, x, **params)
 
-    register_rule(prim)(chunked(rule))
+    register_rule(prim)(rule)
 
 
 _root(lax.sqrt_p, 0.5)
@@ -137,11 +161,7 @@ def _power_series(c, p, y0, order: int, integer_exponent: bool = False):
         return recurrence
 
     def composed():
-        d = ks.exp_like_power_coeffs(p, x0, order)
-        if integer_exponent:
-            # JAX's pow jvp for integer exponents selects exact zeros.
-            falling_zero = ks.exp_like_power_coeffs(p, jnp.ones_like(x0), order) == 0
-            d = jnp.where(falling_zero, 0, d)
+        d = _pow_taylor_coeffs(p, x0, order, integer_exponent)
         return ks.with_primal(ks.compose(c, d, order), y0)
 
     any_zero = jnp.any(x0 == 0)
@@ -149,22 +169,33 @@ def _power_series(c, p, y0, order: int, integer_exponent: bool = False):
 
 
 @register_rule(lax.pow_p)
-@chunked
 def _pow(order, x, y, **params):
-    y0 = lax.pow(x.primal, y.primal)
-    ndim = len(jnp.shape(y0))
-    if y.is_constant:
+    if y.is_constant and x.degree == 1:
         # A float exponent follows nested jvp even where it is integer-valued: its jvp,
         # y * x**(y-1), turns into 0 * inf = nan at x = 0 past order y (x**2.0 at 0
         # gives 0, 0, 2, nan, ...). Integer-dtype exponents select exact zeros instead.
+        y0 = lax.pow(x.primal, y.primal)
+        p = y.primal
+        integer_exponent = jnp.issubdtype(jnp.result_type(p), np.integer)
+        d = power_line_coeffs(
+            jnp.asarray(p).astype(x.dtype),
+            jnp.broadcast_to(x.primal, jnp.shape(y0)),
+            y0,
+            order,
+            integer_exponent,
+        )
+        return Series(ks.along_line(ks.lift(x.coeffs, len(jnp.shape(y0))), d, order))
+    return _pow_general(order, x, y)
+
+
+@chunked
+def _pow_general(order, x, y):
+    y0 = lax.pow(x.primal, y.primal)
+    ndim = len(jnp.shape(y0))
+    if y.is_constant:
         p = y.primal
         integer_exponent = jnp.issubdtype(jnp.result_type(p), np.integer)
         p = jnp.asarray(p).astype(x.dtype)
-        if x.degree == 1:
-            d = power_line_coeffs(
-                p, jnp.broadcast_to(x.primal, jnp.shape(y0)), y0, order, integer_exponent
-            )
-            return Series(ks.along_line(ks.lift(x.coeffs, ndim), d, order))
         c = jnp.broadcast_to(ks.lift(x.coeffs, ndim), (x.degree + 1,) + jnp.shape(y0))
         return Series(_power_series(c, p, y0, order, integer_exponent))
     # x ** y = exp(y log x) when the exponent carries a series.
@@ -189,13 +220,16 @@ def _balanced_eq(x, z, y):
     return jnp.where(x == z, 1.0, 0.0) / jnp.where(y == z, 2.0, 1.0)
 
 
+def choose(x: Series, y: Series, z) -> Series:
+    """The series of `max`/`min(x, y)` whose primal is `z`: weights fixed by the primals."""
+    a, b = x.primal, y.primal
+    return weighted_sum([x, y], [_balanced_eq(a, z, b), _balanced_eq(b, z, a)], z)
+
+
 def _chooser(prim):
     def rule(order, x, y, **params):
         del order
-        z = prim.bind(x.primal, y.primal)
-        return weighted_sum(
-            [x, y], [_balanced_eq(x.primal, z, y.primal), _balanced_eq(y.primal, z, x.primal)], z
-        )
+        return choose(x, y, prim.bind(x.primal, y.primal))
 
     register_rule(prim)(rule)
 
@@ -222,16 +256,20 @@ def _select_n(order, which, *cases, **params):
     return Series(lax.select_n(pred, *stacked))
 
 
-@register_rule(lax.abs_p)
 @chunked
+def _complex_abs(order, x):
+    re, im = lax.real(x.coeffs), lax.imag(x.coeffs)
+    s = ks.cauchy(re, re, order) + ks.cauchy(im, im, order)
+    return Series(ks.power(s, 0.5, lax.abs(x.primal), order))
+
+
+@register_rule(lax.abs_p)
 def _abs(order, x, **params):
-    y0 = lax.abs(x.primal)
     if jnp.issubdtype(x.dtype, np.complexfloating):
-        re, im = lax.real(x.coeffs), lax.imag(x.coeffs)
-        s = ks.cauchy(re, re, order) + ks.cauchy(im, im, order)
-        return Series(ks.power(s, 0.5, y0, order))
+        return _complex_abs(order, x)
+    # Real abs is linear with a sign fixed by the primal (lax's jvp: +1 at 0).
     sign = jnp.where(x.primal >= 0, 1, -1).astype(x.dtype)
-    return Series(ks.with_primal(x.coeffs * sign[None], y0))
+    return Series(ks.with_primal(x.coeffs * sign[None], lax.abs(x.primal)))
 
 
 @register_rule(lax.rem_p)

@@ -88,9 +88,8 @@ def _custom_jvp_call(order, *xs, call_jaxpr, jvp_jaxpr_fun, num_consts, symbolic
     orders. So the series of `y'` is `T` evaluated on the series of `x` and
     `x'` at order `K-1`, and `y` is its integral from `f(x_0)`.
     """
-    primal_outs = _compat.jaxpr_as_fun(call_jaxpr)(*[x.primal for x in xs])
-    if order == 0:
-        return [Series.constant(p) for p in primal_outs]
+    del call_jaxpr  # the rule's own primal outputs are what nested jvp returns
+    # Some input carries a series, so order >= 1 (order 0 never reaches a rule).
     low = order - 1
     args = xs[num_consts:]
     if symbolic_zeros:
@@ -102,14 +101,14 @@ def _custom_jvp_call(order, *xs, call_jaxpr, jvp_jaxpr_fun, num_consts, symbolic
     primals_in = [x if x.degree <= low else Series(x.coeffs[: low + 1]) for x in args]
     tangents_in = [_tangent_series(x, low) for x, zero in zip(args, zero_tangent) if not zero]
     outs = eval_jaxpr_series(jvp_jaxpr, jvp_consts, primals_in + tangents_in, low)
-    tangents = iter(outs[len(out_zeros) :])
+    primal_outs, tangents = outs[: len(out_zeros)], iter(outs[len(out_zeros) :])
     result = []
-    for y0, zero in zip(primal_outs, out_zeros):
+    for y, zero in zip(primal_outs, out_zeros):
         if zero:
-            result.append(Series.constant(y0))
+            result.append(Series.constant(y.primal))
             continue
         t = next(tangents)
-        result.append(Series(integrate(pad_degree(t.coeffs, low), y0, order)))
+        result.append(Series(integrate(pad_degree(t.coeffs, low), y.primal, order)))
     return result
 
 

@@ -16,7 +16,7 @@ from jax import lax
 from .. import _series as ks
 from .._interpret import register_rule
 from .._series import Series
-from ._arithmetic import _balanced_eq, log_series
+from ._arithmetic import choose, log_series
 
 
 def _reduce_chooser(prim):
@@ -79,14 +79,8 @@ def _series_mul(order, a, b):
 def _series_chooser(select):
     def combine(order, a, b):
         del order
-        a0, b0 = a[0], b[0]
-        z0 = select(a0, b0)
-        wa = _balanced_eq(a0, z0, b0).astype(a.dtype)
-        wb = _balanced_eq(b0, z0, a0).astype(a.dtype)
-        return (
-            ks.pad_degree(a, b.shape[0] - 1) * wa[None]
-            + ks.pad_degree(b, a.shape[0] - 1) * wb[None]
-        )
+        x, y = Series(a), Series(b)
+        return choose(x, y, select(x.primal, y.primal)).coeffs
 
     return combine
 

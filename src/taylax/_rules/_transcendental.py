@@ -39,19 +39,20 @@ def _scaled(values, order: int):
     return tiled / ks.factorials(order, len(shape) - 1, tiled.dtype)
 
 
-def univariate(prim, line_coeffs, general):
+def univariate(prim, line_coeffs, general, line_max_order: int | None = None):
     """Register `prim` with a closed form along a line and an ODE rule otherwise.
 
     `line_coeffs(x0, order)` gives `f^(k)(x0)/k!` stacked; it serves inputs of
-    degree 1 (seeds and affine functions of them) with no recurrence at all.
+    degree 1 (seeds and affine functions of them) with no recurrence at all, up
+    to `line_max_order` when the closed form is only accurate that far.
+    `general(order, x)` handles everything else, chunk by chunk on large arrays.
     """
-
-    general_chunked = chunked(lambda order, x: general(order, x))
+    general = chunked(general)
 
     def rule(order, x, **params):
-        if x.degree == 1:
+        if x.degree == 1 and (line_max_order is None or order <= line_max_order):
             return Series(ks.along_line(x.coeffs, line_coeffs(x.primal, order), order))
-        return general_chunked(order, x)
+        return general(order, x)
 
     register_rule(prim)(rule)
 
@@ -155,24 +156,10 @@ def _riccati_factor(kind: str, x0, y0):
 
 def _polynomial_line(kind: str, x0, y0, order: int):
     table = _derivative_polynomials(kind, order)
-    shape = jnp.shape(y0)
-    del shape
     powers = ks.powers(y0, order + 1)
     d = jnp.tensordot(jnp.asarray(table, powers.dtype), powers, axes=1)
     d = d * _riccati_factor(kind, x0, y0)[None]
     return ks.with_primal(d, y0)
-
-
-def _riccati_rule(prim, kind, general):
-    general = chunked(general)
-
-    def rule(order, x, **params):
-        if x.degree == 1 and order <= _POLYNOMIAL_MAX_ORDER.get(kind, -1):
-            d = _polynomial_line(kind, x.primal, prim.bind(x.primal, **params), order)
-            return Series(ks.along_line(x.coeffs, d, order))
-        return general(order, x)
-
-    register_rule(prim)(rule)
 
 
 def _tanh(order, x):
@@ -191,9 +178,13 @@ def _tan(order, x):
     return Series(ks.divide(s, c, order, q0=lax.tan(x.primal)))
 
 
-_riccati_rule(lax.tanh_p, "tanh", _tanh)
+def _polynomial_line_of(fn, kind: str):
+    return lambda x0, order: _polynomial_line(kind, x0, fn(x0), order)
+
+
+univariate(lax.tanh_p, _polynomial_line_of(lax.tanh, "tanh"), _tanh, _POLYNOMIAL_MAX_ORDER["tanh"])
+univariate(lax.tan_p, _polynomial_line_of(lax.tan, "tan"), _tan, _POLYNOMIAL_MAX_ORDER["tan"])
 register_rule(lax.logistic_p)(_logistic)
-_riccati_rule(lax.tan_p, "tan", _tan)
 
 
 def _log_line(shift_one: bool):
@@ -242,7 +233,7 @@ def _rsqrt_of(w, order: int):
 
 def _inverse_trig(prim, sign_one, sign_sq, kind, scale=1.0):
     def rule(order, x, **params):
-        y0 = prim.bind(x.primal)
+        y0 = prim.bind(x.primal, **params)
         if order == 0:
             return Series.constant(y0)
         c = _full(x, order - 1)
@@ -282,7 +273,7 @@ def _atan2(order, y, x, **params):
 
 def _erf_like(prim, sign):
     def rule(order, x, **params):
-        y0 = prim.bind(x.primal)
+        y0 = prim.bind(x.primal, **params)
         if order == 0:
             return Series.constant(y0)
         c = _full(x, order - 1)
@@ -306,9 +297,9 @@ def _erf_inv(order, x, **params):
     scale = math.sqrt(math.pi) / 2
     u_source = ks.reversed_window_source(ks.derivative_series(c), order)
     ms = ks.orders(order, c.ndim - 1, c.dtype)
-    y = ks._fresh(y0, order, c.dtype)
-    q = ks._fresh(y0 * y0, order, c.dtype)
-    w = ks._fresh(lax.exp(y0 * y0), order, c.dtype)
+    y = ks.fresh(y0, order, c.dtype)
+    q = ks.fresh(y0 * y0, order, c.dtype)
+    w = ks.fresh(lax.exp(y0 * y0), order, c.dtype)
 
     def body(k, carry):
         y, q, w = carry
@@ -322,30 +313,32 @@ def _erf_inv(order, x, **params):
     return Series(ks.fori(order, body, (y, q, w))[0])
 
 
-def _polygamma_coeffs(x0, first_n: int, order: int, primal):
-    """`d_m = polygamma(m - 1 + first_n, x0) / m!` for m >= 1, `d_0 = primal`."""
+def _polygamma_coeffs(x0, first, order: int, primal):
+    """`d_m = polygamma(first + m - 1, x0) / m!` for m >= 1, `d_0 = primal`.
+
+    `first` may be an array (broadcast against `x0`).
+    """
     ndim = jnp.ndim(x0)
     ms = ks.orders(order, ndim, x0.dtype)
-    n = jnp.broadcast_to(ms[1:] - 1 + first_n, (order,) + jnp.shape(x0)).astype(x0.dtype)
+    n = (jnp.asarray(first, x0.dtype) + ms[1:] - 1).astype(x0.dtype)
+    n = jnp.broadcast_to(n, (order,) + jnp.shape(x0))
     values = lax.polygamma(n, jnp.broadcast_to(x0, n.shape))
     values = values / ks.factorials(order, ndim, x0.dtype)[1:]
     return jnp.concatenate([jnp.asarray(primal)[None], values], 0)
 
 
-univariate(
-    lax.lgamma_p,
-    lambda x0, k: _polygamma_coeffs(x0, 0, k, lax.lgamma(x0)),
-    lambda order, x: Series(
-        ks.compose(x.coeffs, _polygamma_coeffs(x.primal, 0, order, lax.lgamma(x.primal)), order)
-    ),
-)
-univariate(
-    lax.digamma_p,
-    lambda x0, k: _polygamma_coeffs(x0, 1, k, lax.digamma(x0)),
-    lambda order, x: Series(
-        ks.compose(x.coeffs, _polygamma_coeffs(x.primal, 1, order, lax.digamma(x.primal)), order)
-    ),
-)
+def _by_taylor_coeffs(prim, taylor_coeffs):
+    """Register `prim` from `taylor_coeffs(x0, order) = f^(m)(x0)/m!`, known in closed form:
+    along a line directly, otherwise by composition."""
+    univariate(
+        prim,
+        taylor_coeffs,
+        lambda order, x: Series(ks.compose(x.coeffs, taylor_coeffs(x.primal, order), order)),
+    )
+
+
+_by_taylor_coeffs(lax.lgamma_p, lambda x0, k: _polygamma_coeffs(x0, 0, k, lax.lgamma(x0)))
+_by_taylor_coeffs(lax.digamma_p, lambda x0, k: _polygamma_coeffs(x0, 1, k, lax.digamma(x0)))
 
 
 @register_rule(lax.polygamma_p)
@@ -357,9 +350,7 @@ def _polygamma(order, n, x, **params):
         )
     x0 = x.primal
     n0 = jnp.broadcast_to(n.primal, jnp.shape(x0)).astype(x0.dtype)
-    ms = ks.orders(order, jnp.ndim(x0), x0.dtype)
-    values = lax.polygamma(n0[None] + ms, jnp.broadcast_to(x0, (order + 1,) + jnp.shape(x0)))
-    d = values / ks.factorials(order, jnp.ndim(x0), x0.dtype)
+    d = _polygamma_coeffs(x0, n0 + 1, order, lax.polygamma(n0, x0))
     if x.degree == 1:
         return Series(ks.along_line(x.coeffs, d, order))
     return Series(ks.compose(x.coeffs, d, order))
