@@ -2,8 +2,16 @@
 
 import os
 
-import jax
-from hypothesis import HealthCheck, settings
+# Sharding tests need 8 devices: XLA reads this flag when the CPU backend starts, so it must be
+# set before anything creates an array. Single-device tests are unaffected (arrays live on
+# device 0 unless sharded).
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    ).strip()
+
+import jax  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 # The float64 reference (tests/reference.py) needs x64; enable it before any test module
 # creates an array.
