@@ -10,7 +10,7 @@ SOURCES := src tests benchmarks
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: test lint bench demo clean
+.PHONY: test test-slow lint bench demo clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "Neither python3.11 nor python3 was found on PATH." >&2; exit 1; }
@@ -31,6 +31,10 @@ lint: $(VENV)/.stamp-test
 # The demo extra is installed too, so that the `taylax demo` test runs instead of skipping.
 test: lint $(VENV)/.stamp-demo
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+# The extended cases `make test` skips (pytest marker `slow`).
+test-slow: $(VENV)/.stamp-test
+	$(BIN)/python -m pytest -n 2 -m slow $(PYTEST_ARGS)
 
 bench: $(VENV)/.stamp-test
 	@mkdir -p benchmarks/results

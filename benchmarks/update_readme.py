@@ -1,7 +1,8 @@
-"""Write the README's benchmark summary from `benchmarks/results/taylor.json`.
+"""Write the README's benchmark summaries from `benchmarks/results/{taylor,programs}.json`.
 
-Run after `make bench`: `python benchmarks/update_readme.py`. The summary is a
-compact view of the full tables in `benchmarks/results/taylor.md`.
+Run after `make bench`: `python benchmarks/update_readme.py`. The summaries are
+compact views of the full tables in `benchmarks/results/taylor.md` and
+`benchmarks/results/programs.md` (the whole-program cases: RK4 and a linear solve).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from taylax._benchmark import format_ratio, format_time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+PROGRAMS_START, PROGRAMS_END = "<!-- bench-programs:start -->", "<!-- bench-programs:end -->"
 TITLES = {
     "scalar": "(a) `f(t) = 0.3*sin(t)*t**10`, k-th derivative at t = 1.1",
     "mlp": "(b) 3-layer tanh MLP (width 64, batch 256) along a random direction",
@@ -74,13 +76,60 @@ def summary(payload: dict) -> str:
     return "\n".join(lines)
 
 
+PROGRAM_TITLES = {
+    "rk4": "(c) RK4 in `fori_loop` (forced pendulum, 100 steps), along a direction in (y0, t0)",
+    "solve": "(d) `jnp.linalg.solve(A + t*B, b)`, 32x32, along t",
+}
+
+
+def programs_summary(payload: dict) -> str:
+    """The whole-program cases (`benchmarks/bench_programs.py`): taylax vs nested jvp."""
+    by_key = {(r["case"], r["contender"], r["order"]): r for r in payload["results"]}
+    cases = sorted({r["case"] for r in payload["results"]}, key=list(PROGRAM_TITLES).index)
+    meta = payload.get("meta", {})
+    lines = [
+        f"Whole programs that `jax.experimental.jet` cannot run (jax {meta.get('jax', '?')}, "
+        f"{meta.get('cpus', '?')} CPUs, float64, measured {str(meta.get('date', '?'))[:10]}; "
+        "`benchmarks/results/programs.md`). Ratios are taylax / nested jvp (below 1: taylax wins).",
+    ]
+    for case in cases:
+        orders = sorted({r["order"] for r in payload["results"] if r["case"] == case})
+        lines += [
+            "",
+            PROGRAM_TITLES.get(case, case),
+            "",
+            "| order | equations taylax / nested jvp | first call taylax / nested jvp (ratio) "
+            "| steady state taylax / nested jvp (ratio) |",
+            "|---:|---|---|---|",
+        ]
+        for order in orders:
+            t, n = (by_key.get((case, c, order)) for c in ("taylax", "nested_jvp"))
+
+            def count(x):
+                return f"{x:,}"
+
+            equations = " / ".join(_shown(r, "equations", count) for r in (t, n))
+            first, steady = _pair(t, n, "first_call_s"), _pair(t, n, "steady_s")
+            lines.append(f"| {order} | {equations} | {first} | {steady} |")
+    return "\n".join(lines)
+
+
+def _replace_between(text: str, start: str, end: str, body: str) -> str:
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
 def main() -> int:
     payload = json.loads((ROOT / "benchmarks/results/taylor.json").read_text())
     readme = ROOT / "README.md"
-    text = readme.read_text()
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{START}\n{summary(payload)}\n{END}{tail}")
+    text = _replace_between(readme.read_text(), START, END, summary(payload))
+    programs = ROOT / "benchmarks/results/programs.json"
+    if programs.exists() and PROGRAMS_START in text:
+        text = _replace_between(
+            text, PROGRAMS_START, PROGRAMS_END, programs_summary(json.loads(programs.read_text()))
+        )
+    readme.write_text(text)
     return 0
 
 

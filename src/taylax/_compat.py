@@ -35,6 +35,10 @@ device_put_p = jex_prims.device_put_p
 # the derivative of max pooling; reusing it matches nested jvp exactly.
 select_and_gather_add_p = jex_prims.select_and_gather_add_p
 
+# `lax.custom_linear_solve` (what `jnp.linalg.solve` and `inv` bind); used by
+# _rules/_decompositions.py.
+linear_solve_p = jex_prims.linear_solve_p
+
 
 def bind_equation(eqn: JaxprEqn, args):
     """Re-bind `eqn`'s primitive on new arguments, as `jax.core.eval_jaxpr` does."""
@@ -68,3 +72,234 @@ def select_and_gather_add(tangents, operand, select_prim, *window_params):
     from jax._src.lax.windowed_reductions import _select_and_gather_add
 
     return _select_and_gather_add(tangents, operand, select_prim, *window_params)
+
+
+# Control flow (used by _rules/_control.py).
+scan_p = jex_prims.scan_p
+while_p = jex_prims.while_p
+cond_p = jex_prims.cond_p
+
+
+def callback_primitives() -> dict[str, Primitive]:
+    """The host-callback primitives (`jax.pure_callback`, `io_callback`), by public name."""
+    # Private: jax.extend exports no callback primitives.
+    from jax._src import callback
+
+    names = {
+        "jax.pure_callback": "pure_callback_p",
+        "jax.experimental.io_callback": "io_callback_p",
+    }
+    return {api: getattr(callback, p) for api, p in names.items() if hasattr(callback, p)}
+
+
+def switch(index, branches, operands, branches_platforms=None):
+    """`lax.switch`, keeping a `lax.platform_dependent` cond's per-platform branch table."""
+    if branches_platforms is None:
+        return lax.switch(index, branches, *operands)
+    # Private: lax.switch cannot re-create a platform-dependent cond.
+    from jax._src.lax.control_flow.conditionals import _switch_internal
+
+    return _switch_internal(index, branches, operands, branches_platforms=branches_platforms)
+
+
+# --------------------------------------------------------------------------------------
+# Jaxpr construction and inspection for the jaxpr optimizer (taylax._optimize).
+# --------------------------------------------------------------------------------------
+
+# Public: building new equations, typed literals and fresh variables.
+new_jaxpr_eqn = jex_core.new_jaxpr_eqn
+jaxpr_as_fun = jex_core.jaxpr_as_fun
+
+
+def shaped_array(shape, dtype, weak_type: bool = False):
+    """An abstract array value (the type of a jaxpr variable or literal)."""
+    import jax
+
+    return jax.core.ShapedArray(shape, dtype, weak_type=weak_type)
+
+
+def is_tracer(x) -> bool:
+    """Whether `x` is a tracer (a value known only at run time, e.g. a closed-over jit input)."""
+    import jax
+
+    return isinstance(x, jax.core.Tracer)
+
+
+def dce_rule(primitive):
+    """JAX's own dead-code rule for a primitive that carries sub-programs, or None.
+
+    Private: `partial_eval.dce_rules` prunes unused outputs and inputs of `jit`, `scan`,
+    `cond`, `remat`, `custom_jvp_call`, `custom_vjp_call`, `shard_map`, ... together with
+    their sub-jaxprs; JAX exposes no public dead-code pass.
+    """
+    from jax._src.interpreters import partial_eval as pe
+
+    return pe.dce_rules.get(primitive)
+
+
+# The derivative primitive defines its own JVP, batching and lowering rules, which
+# live in these (public) interpreter modules.
+from jax.interpreters import ad as ad, batching as batching, mlir as mlir  # noqa: E402
+
+
+def consts_to_invars(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
+    """Turn a closed jaxpr's constants into leading inputs; return it and the constants.
+
+    Constants of a jaxpr traced inside another transformation can be tracers of
+    that transformation; as explicit operands they are seen by it.
+    """
+    jaxpr = closed.jaxpr
+    if not jaxpr.constvars and not closed.consts:
+        return closed, []
+    debug = jaxpr.debug_info
+    if debug is not None and getattr(debug, "arg_names", None) is not None:
+        names = ("const",) * len(jaxpr.constvars) + tuple(debug.arg_names)
+        debug = debug._replace(arg_names=names)
+    converted = Jaxpr(
+        [], [*jaxpr.constvars, *jaxpr.invars], jaxpr.outvars, jaxpr.eqns, jaxpr.effects, debug
+    )
+    return ClosedJaxpr(converted, []), list(closed.consts)
+
+
+# --- Multi-device (taylax._rules._parallel) ------------------------------------------------
+# Sharding annotations and collectives. Those JAX exports publicly come from `jax.lax`; the
+# rest have no public handle in JAX 0.10.2, so they are imported privately here.
+sharding_constraint_p = lax.sharding_constraint_p
+psum_p = lax.psum_p
+pmax_p = lax.pmax_p
+pmin_p = lax.pmin_p
+ppermute_p = lax.ppermute_p
+all_gather_p = lax.all_gather_p
+all_to_all_p = lax.all_to_all_p
+# Private: `pvary` marks a value as varying over manual axes (inserted by JAX under
+# check_vma); a no-op on values.
+from jax._src.core import pvary_p as pvary_p  # noqa: E402
+
+# --------------------------------------------------------------------------------------
+# Compile diagnostics (taylax._diagnostics). JAX reports trace/lower/compile durations
+# through the public `jax.monitoring`, but only with a function *name*; to say WHY a
+# function traced or compiled, the recorder must see each jitted call that reaches JAX's
+# Python dispatch (the C++ fast path never does, so cached calls stay untouched) with its
+# function object and arguments. Every private name it needs is here.
+# --------------------------------------------------------------------------------------
+# Private: the event names JAX records its durations under (jax._src.dispatch constants).
+from jax._src.dispatch import (  # noqa: E402
+    BACKEND_COMPILE_EVENT as BACKEND_COMPILE_EVENT,
+    JAXPR_TO_MLIR_MODULE_EVENT as JAXPR_TO_MLIR_MODULE_EVENT,
+    JAXPR_TRACE_EVENT as JAXPR_TRACE_EVENT,
+)
+
+# Private: collectives that `jax.lax.psum` / `all_gather` / `psum_scatter` emit inside
+# shard_map with check_vma=True, and the older pbroadcast.
+from jax._src.lax.parallel import (  # noqa: E402
+    all_gather_invariant_p as all_gather_invariant_p,
+    pbroadcast_p as pbroadcast_p,
+    psum_invariant_p as psum_invariant_p,
+    reduce_scatter_p as reduce_scatter_p,
+)
+
+# Private: `jax.sharding.reshard` binds this; no public handle to the primitive.
+from jax._src.pjit import reshard_p as reshard_p  # noqa: E402
+
+# Private: the shard_map primitive (re-bound through the public `jax.shard_map`).
+from jax._src.shard_map import shard_map_p as shard_map_p  # noqa: E402
+
+# Private: the functions of jax._src.pjit that `jax.jit`'s Python dispatch calls by
+# global name on a C++ cache miss: argument inference (every call that reaches Python,
+# nested calls during tracing included), tracing (only on a trace-cache miss), and the
+# call that lowers and compiles (top level only). Wrapping these module globals is the
+# only way to see a call's function object and arguments; the recorder restores them.
+JIT_DISPATCH_FUNCTIONS = ("_infer_params", "_trace_for_jit", "_run_python_pjit")
+
+
+def jit_dispatch_function(name: str):
+    """The current `jax._src.pjit` function `name` (one of `JIT_DISPATCH_FUNCTIONS`)."""
+    from jax._src import pjit
+
+    return getattr(pjit, name)
+
+
+def set_jit_dispatch_function(name: str, function) -> None:
+    """Replaces `jax._src.pjit`'s module global `name` (used to install and remove hooks)."""
+    from jax._src import pjit
+
+    assert name in JIT_DISPATCH_FUNCTIONS, name
+    setattr(pjit, name, function)
+
+
+def jit_info_static(jit_info) -> tuple[tuple[int, ...], tuple[str, ...], object]:
+    """(static_argnums, static_argnames, inspect.Signature or None) of a private PjitInfo."""
+    return jit_info.static_argnums, jit_info.static_argnames, jit_info.fun_signature
+
+
+def parse_jit_arguments(args, kwargs, static_argnums, static_argnames):
+    """Splits a jitted call's arguments as JAX's trace cache key does.
+
+    Returns (signature, dynamic_leaves): `signature` has `static_args`, `static_arg_names`,
+    `dynamic_arg_names` and `dynamic_arg_treedefs` (one treedef per dynamic argument).
+    """
+    # Private: jaxlib's own argument parser, so the recorder's key matches JAX's exactly.
+    from jax._src.lib import jax_jit
+    from jax._src.tree_util import tracing_registry
+
+    return jax_jit.parse_arguments(
+        args,
+        tuple(kwargs.values()),
+        tuple(kwargs.keys()),
+        static_argnums,
+        static_argnames,
+        tracing_registry,
+    )
+
+
+def trace_context_names() -> tuple[str, ...]:
+    """Names of the config values that JAX puts in every trace cache key (x64, ...)."""
+    # Private: JAX exposes no public view of the trace context.
+    from jax._src import config
+
+    return tuple(config.trace_context_names())
+
+
+def trace_context() -> tuple:
+    """The current trace-context values, in the order of `trace_context_names()`."""
+    from jax._src import config
+
+    return tuple(config.trace_context())
+
+
+def jit_trace_cache_keys(fun) -> list[tuple]:
+    """JAX's trace-cache entries for `fun`: (trace_context, jit_info, signature, avals, mesh).
+
+    Used to explain a trace when the recorder saw no earlier call of `fun` (it was warmed
+    up before recording started).
+    """
+    # Private: the weakref-LRU cache behind jit's trace cache; keys are
+    # (weakref(fun), trace_context, (jit_info, signature, avals, ctx_mesh), kwargs).
+    from jax._src import pjit
+
+    found = []
+    for key in pjit._infer_params_cached.cache_keys():
+        try:
+            ref, context, rest = key[0], key[1], key[2]
+            if ref() is fun and len(rest) == 4:
+                found.append((tuple(context), *rest))
+        except Exception:  # an unexpected key layout: explain with less
+            continue
+    return found
+
+
+def is_committed(x) -> bool | None:
+    """Whether a concrete `jax.Array` is committed to its device(s); None if unknown."""
+    # Private attribute: committed-ness decides whether jit may move the array.
+    committed = getattr(x, "_committed", None)
+    return None if committed is None else bool(committed)
+
+
+def jitted_function(f):
+    """The Python function inside a `jax.jit`-wrapped callable, or `f` itself."""
+    # Semi-private: jit's wrapper keeps the wrapped function as `_fun`.
+    return getattr(f, "_fun", f)
+
+
+# `jax.ad_checkpoint.checkpoint_name` binds this identity primitive (taylax._rules._special).
+name_p = jex_prims.name_p

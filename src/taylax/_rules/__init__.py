@@ -7,8 +7,12 @@ Importing this package registers every built-in rule into
 from . import (  # noqa: F401  (imported for their registrations)
     _arithmetic,
     _calls,
+    _control,
+    _decompositions,
     _linalg,
+    _parallel,
     _reductions,
+    _special,
     _structural,
     _transcendental,
 )

@@ -1,0 +1,257 @@
+"""Linear algebra Taylor rules against the nested-jvp oracle.
+
+Every case builds its matrices from a nonlinear function of the input (so every coefficient of
+the series reaching the primitive is nonzero) and checks `taylax.derivatives` at orders 1 and 6
+(the order-6 result holds orders 0..6), in float64 and, where JAX supports it, complex128.
+Factorizations are checked factor by factor, so the gauge of eigen- and singular vectors must be
+the one nested `jax.jvp` follows. The oracle is the expensive part: cases share one 4x4 shape
+so that its op-by-op compilations are reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.lax import linalg as lax_linalg
+
+import taylax
+from reference import assert_series_close, check_against_oracle, direction, oracle, seeded_rng
+from taylax._count import equation_counts
+
+_RNG = np.random.default_rng(3)
+M4 = _RNG.normal(size=(4, 4))
+M4[np.diag_indices(4)] += 3.0  # condition number 3.2, well separated singular values
+D4 = np.diag([1.0, 2.0, 3.5, 5.0])  # distinct eigenvalues 1.5 apart
+
+
+def _mat(x):
+    """A general 4x4 matrix whose series has every coefficient nonzero."""
+    return M4 + 0.3 * jnp.sin(x)
+
+
+def _hermitian(x):
+    """Hermitian positive definite, every coefficient nonzero."""
+    b = _mat(x)
+    return b @ jnp.conj(b.T) + 2.0 * jnp.eye(4)
+
+
+def _distinct(x):
+    """Hermitian with well separated eigenvalues."""
+    s = 0.3 * jnp.sin(x)
+    return D4 + (s + jnp.conj(s.T)) / 2
+
+
+def _custom_solve(x):
+    a = _mat(x)
+    scale = jnp.exp(x[0, 0])
+
+    def matvec(y):  # the operator depends on the input twice: a series matrix and a scalar
+        return a @ y + scale * y
+
+    def solve(_, b):
+        return jnp.linalg.solve(lax.stop_gradient(a + scale * jnp.eye(4)), b)
+
+    return lax.custom_linear_solve(matvec, jnp.sin(x[:, :2]), solve)
+
+
+def _eigh_function(x):
+    """`V diag(exp(w)) V^H`: a matrix function, independent of the eigenvectors' gauge."""
+    w, v = jnp.linalg.eigh(_distinct(x))
+    return (v * jnp.exp(w)) @ jnp.conj(v.T)
+
+
+def _batched(x):
+    return jnp.stack([_mat(x), _mat(x.T) * 0.5])
+
+
+F64, C128 = ("float64",), ("complex128",)
+
+
+class Case(NamedTuple):
+    """One function, checked at orders 1 and 6 in the dtypes of `core` (the default run) and of
+    `extended` (marked `slow`: run with `pytest -m slow tests/test_rules_linalg.py`).
+
+    The nested-jvp oracle costs 1 to 8 s per case here, so the default run checks every rule
+    once at order 6, in complex128 where conjugation or a gauge is involved; `extended` adds
+    the other dtype and the shape variants (tall, wide, pivoted).
+    """
+
+    name: str
+    fn: Callable
+    core: tuple = F64
+    extended: tuple = ()
+
+
+def _tall(x):
+    return _mat(x)[:, :3]
+
+
+def _wide(x):
+    return _mat(x)[:3]
+
+
+CASES = [
+    # ---- dot_general: batch dimensions not in front, a series on both sides -------------------
+    Case(
+        "dot_batch_middle_dims",
+        lambda x: lax.dot_general(
+            jnp.sin(x)[:, :, None] * x[:, None, :2],  # (4, 4, 2): batch 2, contract 0
+            jnp.exp(x)[:, 1:3],  # (4, 2): batch 1, contract 0
+            dimension_numbers=(((0,), (0,)), ((2,), (1,))),
+        ),
+        C128,
+        F64,
+    ),
+    # ---- triangular solves -----------------------------------------------------------------
+    Case(
+        "triangular_batched_left_lower",
+        lambda x: lax_linalg.triangular_solve(
+            _batched(x), jnp.exp(_batched(x))[..., :2], left_side=True, lower=True
+        ),
+        F64,
+    ),
+    Case(
+        "triangular_right_upper_adjoint_unit",
+        lambda x: lax_linalg.triangular_solve(
+            _mat(x),
+            jnp.exp(x[:2]),
+            left_side=False,
+            lower=False,
+            transpose_a=True,
+            conjugate_a=True,
+            unit_diagonal=True,
+        ),
+        C128,
+    ),
+    Case(
+        "triangular_const_matrix",
+        lambda x: lax_linalg.triangular_solve(
+            M4.astype(x.dtype), jnp.sin(x), left_side=True, lower=False
+        ),
+        C128,
+    ),
+    Case(
+        "tridiagonal",
+        lambda x: lax_linalg.tridiagonal_solve(
+            0.3 * jnp.sin(x[0]), 3.0 + jnp.exp(x[1]), jnp.cos(x[2]), jnp.sin(x[:, 1:3])
+        ),
+        F64,
+        C128,
+    ),
+    # ---- solves built on custom_linear_solve -------------------------------------------------
+    Case("solve", lambda x: jnp.linalg.solve(_mat(x), jnp.cos(x[:, 0])), C128, F64),
+    Case("inv", lambda x: jnp.linalg.inv(_mat(x)), F64, C128),
+    Case("det", lambda x: jnp.linalg.det(_mat(x)), F64, C128),
+    Case("slogdet", lambda x: jnp.linalg.slogdet(_mat(x)), C128, F64),
+    Case("custom_linear_solve", _custom_solve, F64, C128),
+    # ---- factorizations --------------------------------------------------------------------
+    Case("cholesky", lambda x: jnp.linalg.cholesky(_hermitian(x)), C128, F64),
+    Case(
+        "cholesky_batched",
+        lambda x: jnp.linalg.cholesky(jnp.stack([_hermitian(x), _hermitian(x.T)])),
+        F64,
+    ),
+    Case("lu", lambda x: lax_linalg.lu(_mat(x))[0], C128),  # float64: inside `det` above
+    Case("lu_tall", lambda x: lax_linalg.lu(_tall(x))[0], (), F64),
+    Case("lu_wide", lambda x: lax_linalg.lu(_wide(x))[0], (), C128),
+    Case("qr", lambda x: jnp.linalg.qr(_mat(x)), C128, F64),
+    Case("qr_tall", lambda x: jnp.linalg.qr(_tall(x)), (), F64),
+    Case("qr_wide", lambda x: jnp.linalg.qr(_wide(x)), (), C128),
+    Case("qr_pivoting", lambda x: lax_linalg.qr(_mat(x), pivoting=True)[:2], (), F64),
+    Case("eigh", lambda x: jnp.linalg.eigh(_distinct(x)), C128, F64),
+    Case("eigh_function", _eigh_function, C128, F64),
+    Case("svd", lambda x: jnp.linalg.svd(_mat(x)), C128, F64),
+    Case("svd_tall", lambda x: jnp.linalg.svd(_tall(x), full_matrices=False), (), F64),
+    Case("svd_wide", lambda x: jnp.linalg.svd(_wide(x), full_matrices=False), (), C128),
+    # ---- a matrix function built from control flow (needs the scan/while/cond rules) -------
+    Case("expm", lambda x: jax.scipy.linalg.expm(0.5 * M4 + 0.3 * jnp.sin(x)), F64, C128),
+]
+_BY_NAME = {c.name: c for c in CASES}
+assert len(_BY_NAME) == len(CASES), "duplicate case names"
+
+
+def _inputs(case: Case, dtype: str):
+    rng = seeded_rng("x:" + case.name)
+    x = 0.5 * rng.normal(size=(4, 4))
+    if dtype == "complex128":
+        x = x + 0.5j * rng.normal(size=(4, 4))
+    return np.asarray(x, dtype), direction(case.name, (4, 4), dtype)
+
+
+def _params():
+    params = []
+    for case in CASES:
+        for dtype in case.core:
+            params.append(pytest.param(case.name, dtype, id=f"{case.name}-{dtype}"))
+        for dtype in case.extended:
+            params.append(
+                pytest.param(case.name, dtype, id=f"{case.name}-{dtype}", marks=pytest.mark.slow)
+            )
+    return params
+
+
+@pytest.mark.parametrize("name,dtype", _params())
+def test_linalg_rule(name, dtype):
+    case = _BY_NAME[name]
+    x, v = _inputs(case, dtype)
+    check_against_oracle(case.fn, x, v, (1, 6), context=f"{name} [{dtype}]")
+
+
+def test_lu_integer_outputs_follow_the_primal():
+    x = np.asarray(_RNG.normal(size=(4, 4)))
+    v = direction("lu_int", (4, 4), "float64")
+
+    def f(x):
+        return lax_linalg.lu(x.T @ x + jnp.sin(x))
+
+    y0, coeffs = taylax.taylor(f, 3)(x, v)
+    lu, pivots, perm = lax_linalg.lu(x.T @ x + jnp.sin(x))
+    np.testing.assert_array_equal(y0[1], pivots)
+    np.testing.assert_array_equal(y0[2], perm)
+    np.testing.assert_allclose(y0[0], lu, rtol=1e-13)
+    assert coeffs[0].shape == (3, 4, 4)
+
+
+def test_svd_values_only():
+    # With compute_uv=False, JAX's jvp (so nested jvp) still differentiates the full thin SVD:
+    # the values' series is output 1 of the `svd` case's oracle (shared with that case).
+    case = _BY_NAME["svd"]
+    x, v = _inputs(case, "complex128")
+    expected = oracle(case.fn, x, v, 6)[1]
+    actual = taylax.derivatives(lambda x: jnp.linalg.svd(_mat(x), compute_uv=False), 6)(x, v)
+    assert_series_close(actual, expected, context="svd(compute_uv=False) [complex128]")
+
+
+def test_solve_program_size_does_not_grow_with_order():
+    x = np.asarray(_RNG.normal(size=(4, 4)))
+    v = direction("count", (4, 4), "float64")
+
+    def f(x):
+        return jnp.linalg.solve(_mat(x), jnp.cos(x[:, 0]))
+
+    counts = [equation_counts(jax.make_jaxpr(taylax.derivatives(f, k))(x, v)) for k in (4, 16)]
+    assert counts[0]["custom_linear_solve"] >= 1  # the solve is re-bound, not expanded
+    assert sum(counts[0].values()) == sum(counts[1].values()), counts
+
+
+@pytest.mark.parametrize(
+    "fn,message",
+    [
+        (lambda x: jnp.linalg.qr(x[:, :3], mode="complete"), "full_matrices=True only for square"),
+        (lambda x: jnp.linalg.svd(x[:, :3]), "full_matrices=True only for square"),
+        (
+            lambda x: lax_linalg.eigh(x + x.T, subset_by_index=(0, 2))[1],
+            "full eigendecomposition",
+        ),
+    ],
+)
+def test_unsupported_forms_raise_clear_errors(fn, message):
+    x = np.asarray(M4)
+    with pytest.raises(NotImplementedError, match=message):
+        taylax.derivatives(fn, 2)(x, np.ones_like(x))
