@@ -273,6 +273,18 @@ def _build_parser() -> argparse.ArgumentParser:
         help="replace the list between the README's primitives markers (default README.md)",
     )
     primitives.set_defaults(handler=_primitives)
+
+    from ._diagnostics import _explain
+
+    explain = commands.add_parser(
+        "explain",
+        help="run a Python script and report why its jitted functions traced or compiled",
+        description="Run SCRIPT (with ARGS) under taylax.watch() and print, per jitted "
+        "function, its calls, traces, compiles, the time lost and the cause of each "
+        "recompile. Options go before SCRIPT.",
+    )
+    _explain.add_arguments(explain)
+    explain.set_defaults(handler=_explain.run_from_args)
     return parser
 
 

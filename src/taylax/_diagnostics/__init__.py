@@ -1,0 +1,13 @@
+"""Compile diagnostics: why a jitted function traced or compiled again, and what it cost."""
+
+from ._events import (
+    CAUSES as CAUSES,
+    CompileEvent as CompileEvent,
+    FunctionSummary as FunctionSummary,
+)
+from ._expect import (
+    CompileBudgetExceeded as CompileBudgetExceeded,
+    ExpectCompiles as ExpectCompiles,
+    expect_compiles as expect_compiles,
+)
+from ._watch import RecompileWarning as RecompileWarning, Watch as Watch, watch as watch

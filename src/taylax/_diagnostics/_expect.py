@@ -1,0 +1,67 @@
+"""`taylax.expect_compiles(max=1)`: a test helper that fails when jit compiles too often."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._watch import Watch, _matcher
+
+
+class CompileBudgetExceeded(AssertionError):
+    """More compiles happened inside `expect_compiles` than it allowed."""
+
+
+class ExpectCompiles(Watch):
+    """A `Watch` that raises `CompileBudgetExceeded` on exit if too many compiles happened."""
+
+    def __init__(self, max: int, function: Any = None):
+        if isinstance(max, bool) or not isinstance(max, int) or max < 0:
+            raise ValueError(
+                f"expect_compiles(max=...) must be a non-negative int, got {max!r}. "
+                "Pass max=0 to forbid any compile, max=1 to allow the first one."
+            )
+        super().__init__(recompile_budget=None)
+        self.max = max
+        self.function = function
+        self._match = _matcher(function)  # validates `function` now, not at exit
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        super().__exit__(exc_type, exc, tb)
+        if exc_type is None and not self.active:
+            self.check()
+
+    def check(self) -> None:
+        """Raises `CompileBudgetExceeded` (with every compile's cause) if over budget."""
+        compiles = [e for e in self.events if e.phase == "compile" and self._match(e)]
+        if len(compiles) <= self.max:
+            return
+        which = "" if self.function is None else f" of {self.function!r}"
+        lines = [f"Expected at most {self.max} compile(s){which}, but {len(compiles)} happened:"]
+        for i, e in enumerate(compiles, 1):
+            lines.append(f"  {i}. `{e.function}` ({e.location}): {e.cause}: {e.detail}")
+        raise CompileBudgetExceeded("\n".join(lines))
+
+
+def expect_compiles(max: int = 1, *, function: Any = None) -> ExpectCompiles:
+    """Fails if jitted functions compile more than `max` times inside the block.
+
+    A context manager (or decorator) built on `taylax.watch()`: it counts backend
+    compiles on the current thread and, on exit, raises `CompileBudgetExceeded` (an
+    AssertionError) listing each compile's function, cause and detail. JAX's own eager
+    operations are never counted, and results are unchanged.
+
+    Args:
+      max: the number of compiles allowed (0 forbids any).
+      function: count only this function's compiles: a (jitted) function or its name.
+
+    Returns:
+      The active watch (``.events``, ``.summary()``, ... are available inside and after).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, taylax
+      >>> f = jax.jit(lambda x: x + 1)
+      >>> _ = f(jnp.ones(3))                  # compiled here, outside the check
+      >>> with taylax.expect_compiles(max=0):
+      ...     _ = f(jnp.zeros(3))             # same shape and dtype: no compile
+    """
+    return ExpectCompiles(max, function)
