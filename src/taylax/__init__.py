@@ -5,10 +5,23 @@ propagated as a truncated Taylor series, one stacked array per value.
 """
 
 from ._api import derivatives as derivatives, jet as jet, taylor as taylor
+from ._count import equation_counts as equation_counts
+from ._derivative import derivative as derivative, jacfwd as jacfwd
+from ._diagnostics import (
+    CompileBudgetExceeded as CompileBudgetExceeded,
+    RecompileWarning as RecompileWarning,
+    expect_compiles as expect_compiles,
+    watch as watch,
+)
 from ._interpret import (
     TaylorRule as TaylorRule,
     register_rule as register_rule,
     taylor_rules as taylor_rules,
+)
+from ._optimize import (
+    make_jaxpr as make_jaxpr,
+    optimize_jaxpr as optimize_jaxpr,
+    optimized as optimized,
 )
 from ._series import Series as Series
 

@@ -77,6 +77,59 @@ def register_rule(primitive: _compat.Primitive) -> Callable[[TaylorRule], Taylor
     return decorator
 
 
+# Calls of a sub-program that several equations of one jaxpr may share: a `jit` call
+# of `f` and `taylax.derivative`s of the same `f` on the same inputs. For an equation,
+# the key function returns `(sub_jaxpr, per-output derivative orders)` or None.
+SharedCallKey = Callable[[_compat.JaxprEqn], "tuple[_compat.ClosedJaxpr, tuple[int, ...]] | None"]
+shared_call_keys: dict[_compat.Primitive, SharedCallKey] = {}
+
+
+class SharedCallEvaluator(Protocol):
+    """Evaluates one sub-program once for a group of equations that call it.
+
+    `evaluate(order, sub_jaxpr, series_in, member_orders)` returns, for each
+    member, its output series, or None when sharing does not apply (each
+    equation is then evaluated by its own rule).
+    """
+
+    def __call__(
+        self,
+        order: int,
+        sub_jaxpr: _compat.ClosedJaxpr,
+        series_in: Sequence[Series],
+        member_orders: Sequence[tuple[int, ...]],
+    ) -> list[list[Series]] | None: ...
+
+
+shared_call_evaluator: list[SharedCallEvaluator] = []  # set by taylax._derivative
+
+
+def _shared_call_groups(jaxpr: _compat.Jaxpr) -> dict[int, tuple]:
+    """Groups of equations calling one sub-program on the same inputs, keyed by the first.
+
+    Evaluating the group once at the highest order any member needs (a lower
+    order is a prefix of a higher one) is what keeps nested derivatives
+    through a user's recursion polynomial instead of exponential.
+    """
+    if not shared_call_keys or not shared_call_evaluator:
+        return {}
+    found: dict[tuple, list] = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        key_fn = shared_call_keys.get(eqn.primitive)
+        if key_fn is None or any(isinstance(v, _compat.Literal) for v in eqn.invars):
+            continue
+        keyed = key_fn(eqn)
+        if keyed is None:
+            continue
+        sub, orders = keyed
+        found.setdefault((id(sub), tuple(eqn.invars)), []).append((i, sub, orders))
+    groups = {}
+    for members in found.values():
+        if len(members) > 1 and any(max(o, default=0) > 0 for _, _, o in members):
+            groups[members[0][0]] = (members[0][1], [(i, o) for i, _, o in members])
+    return groups
+
+
 def _missing_rule(primitive: _compat.Primitive) -> NotImplementedError:
     return NotImplementedError(
         f"taylax has no Taylor rule for the JAX primitive '{primitive.name}', which the "
@@ -111,7 +164,14 @@ def eval_jaxpr_series(
     for v, a in zip(jaxpr.invars, args, strict=True):
         write(v, a)
 
-    for eqn in jaxpr.eqns:
+    groups = _shared_call_groups(jaxpr)
+    shared_results: dict[int, list[Series]] = {}
+
+    for i, eqn in enumerate(jaxpr.eqns):
+        if i in shared_results:
+            for v, o in zip(eqn.outvars, shared_results.pop(i), strict=True):
+                write(v, o)
+            continue
         series_in = [read(v) for v in eqn.invars]
         primitive = eqn.primitive
         if all(s.is_constant for s in series_in) or not any(
@@ -122,6 +182,15 @@ def eval_jaxpr_series(
             for v, o in zip(eqn.outvars, outs, strict=True):
                 write(v, Series.constant(o))
             continue
+        if i in groups:
+            sub, members = groups[i]
+            per_member = shared_call_evaluator[0](order, sub, series_in, [o for _, o in members])
+            if per_member is not None:
+                for (j, _), outs in zip(members, per_member, strict=True):
+                    shared_results[j] = outs
+                for v, o in zip(eqn.outvars, shared_results.pop(i), strict=True):
+                    write(v, o)
+                continue
         rule = taylor_rules.get(primitive)
         if rule is None:
             raise _missing_rule(primitive)

@@ -16,6 +16,7 @@ equations emitted does not grow with `K`.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Sequence
 
 import jax
@@ -69,7 +70,10 @@ class Series:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(np.shape(self._primal if self._coeffs is None else self._coeffs[0]))
+        # From the static shape: indexing a traced array would emit equations.
+        if self._coeffs is None:
+            return tuple(np.shape(self._primal))
+        return tuple(self._coeffs.shape[1:])
 
     @property
     def dtype(self):
@@ -446,11 +450,30 @@ def compose(x: Array, taylor_coeffs: Array, order: int) -> Array:
     return fori(order, body, (acc, delta))[0]
 
 
+# Seeds `x_0 + s` that taylax builds itself (a derivative's variable), by id: their
+# direction is exactly 1, so `along_line` needs no powers of it. Weak values: an entry
+# dies with its array (tracers included).
+_UNIT_SEEDS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def unit_seed(x0: Array) -> Array:
+    """The stacked seed `x_0 + s` (direction exactly 1), marked as such for `along_line`."""
+    seed = jnp.stack([x0, jnp.ones_like(x0)])
+    _UNIT_SEEDS[id(seed)] = seed
+    return seed
+
+
+def is_unit_seed(c: Array) -> bool:
+    return _UNIT_SEEDS.get(id(c)) is c
+
+
 def along_line(x: Array, taylor_coeffs: Array, order: int) -> Array:
     """`f(x_0 + x_1 s)` for a degree-1 input: `y_k = d_k x_1^k` with `d_k = f^(k)(x_0)/k!`.
 
     The seed case (and anything affine in it) needs no recurrence at all.
     """
+    if is_unit_seed(x):
+        return taylor_coeffs[: order + 1]
     x1 = lax.index_in_dim(x, 1, keepdims=False)
     shape = jnp.shape(taylor_coeffs)[1:]
     x1 = jnp.broadcast_to(x1, shape).astype(taylor_coeffs.dtype)

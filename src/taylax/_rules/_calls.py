@@ -26,11 +26,11 @@ def _as_inputs(arrays, degrees) -> list[Series]:
     return [Series.constant(a) if d == 0 else Series(a) for a, d in zip(arrays, degrees)]
 
 
-def _as_outputs(outs: list[Series]) -> list:
+def as_outputs(outs: list[Series]) -> list:
     return [o.primal if o.is_constant else o.coeffs for o in outs]
 
 
-def _from_outputs(arrays, avals) -> list[Series]:
+def from_outputs(arrays, avals) -> list[Series]:
     return [
         Series.constant(a) if jnp.ndim(a) == len(aval.shape) else Series(a)
         for a, aval in zip(arrays, avals)
@@ -48,7 +48,7 @@ def transformed_call(closed: _compat.ClosedJaxpr, order: int, degrees: tuple[int
             outs = eval_jaxpr_series(
                 closed.jaxpr, closed.consts, _as_inputs(arrays, degrees), order
             )
-            return _as_outputs(outs)
+            return as_outputs(outs)
 
         taylor_call.__name__ = f"taylor_{name}"
         fn = jax.jit(taylor_call)
@@ -62,7 +62,7 @@ def _jit(order, *xs, jaxpr, name="jit", **params):
     degrees = tuple(x.degree for x in xs)
     fn = transformed_call(jaxpr, order, degrees, name)
     arrays = [x.primal if x.is_constant else x.coeffs for x in xs]
-    return _from_outputs(fn(*arrays), jaxpr.out_avals)
+    return from_outputs(fn(*arrays), jaxpr.out_avals)
 
 
 @register_rule(_compat.closed_call_p)
@@ -124,8 +124,8 @@ def _remat(order, *xs, jaxpr, prevent_cse, differentiated, policy):
     degrees = tuple(x.degree for x in xs)
 
     def body(*arrays):
-        return _as_outputs(eval_jaxpr_series(jaxpr, (), _as_inputs(arrays, degrees), order))
+        return as_outputs(eval_jaxpr_series(jaxpr, (), _as_inputs(arrays, degrees), order))
 
     arrays = [x.primal if x.is_constant else x.coeffs for x in xs]
     outs = jax.checkpoint(body, prevent_cse=prevent_cse, policy=policy)(*arrays)
-    return _from_outputs(outs, [v.aval for v in jaxpr.outvars])
+    return from_outputs(outs, [v.aval for v in jaxpr.outvars])

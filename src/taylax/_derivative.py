@@ -1,0 +1,574 @@
+"""The order-raising derivative primitive, and `derivative` / `jacfwd` built on it.
+
+`derivative_p` carries the jaxpr of the function it differentiates instead of
+first-order code for the derivative. Its operands are `(*consts, t)`; for each
+output `y_i` of the jaxpr it returns
+
+    d^{n_i}/ds^{n_i} y_i(*consts, t + s)  at s = 0,   n_i = orders[i],
+
+with `s` real. `t` is a scalar, except after `vmap`, whose batch elements are
+independent, so the all-ones direction gives every element its own derivative.
+
+How it is evaluated:
+
+- On its own (impl and lowering): one Taylor pass of order `max(orders)`.
+- Inside an enclosing Taylor pass of order `K` whose series reaches `t`: the
+  sub-program is evaluated once at order `K + n` along a unit seed, and the
+  n-th derivative's series is read off by shifting (`(f')_m = (m+1) f_{m+1}`)
+  and composing with the series of `t`. A `jit` call of the same sub-program on
+  the same inputs in the same jaxpr shares that one evaluation (see
+  `_interpret._shared_call_groups`). So `k` nested derivatives, also through a
+  user's jitted recursion, cost one pass of order `k`.
+- When the constants move with the enclosing variable too, the derivative is
+  expanded into its Taylor pass and that program is interpreted (correct, and
+  polynomial, but no longer collapsed).
+- `jax.jvp`/`grad`: through the Taylor pass itself. `vmap`: the primitive is
+  re-bound on the vmapped sub-program, so it stays collapsible.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import weakref
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _compat, _rules  # noqa: F401  (_rules registers the built-in rules)
+from ._interpret import (
+    eval_jaxpr_series,
+    register_rule,
+    shared_call_evaluator,
+    shared_call_keys,
+)
+from ._rules._calls import as_outputs, from_outputs
+from ._series import Series, along_line, compose, pad_degree, unit_seed
+
+derivative_p = _compat.Primitive("taylax_derivative")
+derivative_p.multiple_results = True
+
+
+# --------------------------------------------------------------------------
+# Evaluation on its own: one Taylor pass.
+# --------------------------------------------------------------------------
+
+
+def _scaled_coefficient(y: Series, n: int):
+    """`n! y_n`, the n-th derivative, from a series (zero past its degree)."""
+    if n > y.degree:
+        return jnp.zeros(y.shape, y.dtype)
+    c = y.primal if n == 0 else y.coeffs[n]
+    return c * np.asarray(math.factorial(n), c.dtype) if n > 1 else c
+
+
+def _evaluate(*args, jaxpr: _compat.ClosedJaxpr, orders: tuple[int, ...]):
+    """The primitive's meaning: one Taylor pass of order `max(orders)` along `t + s`."""
+    *consts, t = args
+    top = max(orders, default=0)
+    if top == 0:
+        return _compat.jaxpr_as_fun(jaxpr)(*consts, t)
+    outs = _unit_seed_series(jaxpr, consts, t, top)
+    return [_scaled_coefficient(y, n) for y, n in zip(outs, orders, strict=True)]
+
+
+_JITTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _impl(*args, jaxpr, orders):
+    per_jaxpr = _JITTED.setdefault(jaxpr, {})
+    fn = per_jaxpr.get(orders)
+    if fn is None:
+        fn = jax.jit(functools.partial(_evaluate, jaxpr=jaxpr, orders=orders))
+        per_jaxpr[orders] = fn
+    return fn(*args)
+
+
+def _abstract_eval(*avals, jaxpr, orders):
+    del avals, orders
+    return list(jaxpr.out_avals)
+
+
+derivative_p.def_impl(_impl)
+derivative_p.def_abstract_eval(_abstract_eval)
+_compat.mlir.register_lowering(
+    derivative_p, _compat.mlir.lower_fun(_evaluate, multiple_results=True)
+)
+
+
+def _jvp(primals, tangents, *, jaxpr, orders):
+    # The derivative is a smooth function of (consts, t) computed by the Taylor
+    # pass; differentiating that pass is exact (and transposable, for grad).
+    tangents = [_compat.ad.instantiate_zeros(t) for t in tangents]
+    fn = functools.partial(_evaluate, jaxpr=jaxpr, orders=orders)
+    return jax.jvp(fn, list(primals), tangents)
+
+
+_compat.ad.primitive_jvps[derivative_p] = _jvp
+
+
+def _batch(args, dims, *, jaxpr, orders):
+    in_axes = list(dims)  # None: not batched
+    batched = jax.vmap(_compat.jaxpr_as_fun(jaxpr), in_axes=in_axes, out_axes=0)
+    shapes = [jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)) for a in args]
+    closed = jax.make_jaxpr(batched)(*shapes)
+    sub, consts = _compat.consts_to_invars(closed)
+    if consts:
+        # vmap's own constants (e.g. an iota) come first, as in `derivative`.
+        outs = derivative_p.bind(*consts, *args, jaxpr=sub, orders=orders)
+    else:
+        outs = derivative_p.bind(*args, jaxpr=sub, orders=orders)
+    return outs, [0] * len(outs)
+
+
+_compat.batching.primitive_batchers[derivative_p] = _batch
+
+
+# --------------------------------------------------------------------------
+# Inside an enclosing Taylor pass.
+# --------------------------------------------------------------------------
+
+
+_UNIT_SEED_CALLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+# The highest order at which each sub-program will be evaluated, found when a
+# derivative is bound (before anything is lowered). Every evaluation of a
+# sub-program is rounded up to it, so that a jitted recursion `f_k = g(f_{k-1},
+# f_{k-1}')` evaluates each `f_j` at ONE order: the chains of derivatives that
+# each level's own primal program contains are then the same functions on the
+# same inputs, which XLA's CSE merges, and the compiled program grows linearly
+# with the depth instead of quadratically.
+_NEEDED_ORDER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _note_needed_order(sub: _compat.ClosedJaxpr, order: int) -> None:
+    if _NEEDED_ORDER.get(sub, -1) >= order:
+        return
+    _NEEDED_ORDER[sub] = order
+    for eqn in sub.jaxpr.eqns:
+        if eqn.primitive is derivative_p:
+            _note_needed_order(eqn.params["jaxpr"], order + max(eqn.params["orders"], default=0))
+        elif eqn.primitive is _compat.jit_p:
+            _note_needed_order(eqn.params["jaxpr"], order)
+
+
+def _unit_seed_series(sub: _compat.ClosedJaxpr, consts, t0, order: int) -> list[Series]:
+    """Series of `sub(*consts, t0 + u)` in `u` up to (at least) `order`.
+
+    One jitted Taylor pass per (sub-program, order), cached, so a sub-program
+    reached from many places is traced once; the seed is built inside, where
+    its direction is known to be exactly 1.
+    """
+    order = max(order, _NEEDED_ORDER.get(sub, 0))
+    per_jaxpr = _UNIT_SEED_CALLS.setdefault(sub, {})
+    fn = per_jaxpr.get((order, len(consts)))
+    if fn is None:
+
+        def taylor_call(*args):
+            *consts, t0 = args
+            inputs = [Series.constant(c) for c in consts] + [Series(unit_seed(t0))]
+            return as_outputs(eval_jaxpr_series(sub.jaxpr, sub.consts, inputs, order))
+
+        taylor_call.__name__ = f"taylor_derivative_{order}"
+        fn = per_jaxpr[(order, len(consts))] = jax.jit(taylor_call)
+    return from_outputs(fn(*consts, t0), sub.out_avals)
+
+
+def _shifted(a: Series, n: int, order: int):
+    """`d_m = f^(n+m)(t0) / m!` for m = 0..order, from `a_j = f^(j)(t0) / j!`."""
+    if n > a.degree:
+        return None
+    coeffs = pad_degree(a.coeffs, n + order)[n:]
+    m = np.arange(order + 1)
+    ratio = np.array([math.perm(n + k, n) for k in m], dtype=np.float64)  # (n+m)!/m!
+    shape = (order + 1,) + (1,) * (coeffs.ndim - 1)
+    return coeffs * ratio.reshape(shape).astype(coeffs.dtype)
+
+
+def _evaluate_shared(
+    order: int, sub: _compat.ClosedJaxpr, xs: Sequence[Series], member_orders
+) -> list[list[Series]] | None:
+    """One evaluation of `sub` serving every member (a jit call has orders all 0).
+
+    Applies when only `t` carries a series and `t` is a scalar: then with
+    `f(t0 + u) = sum_j a_j u^j`, the n-th derivative along the enclosing
+    variable is `sum_m a_{n+m} (n+m)!/m! (t(s) - t0)^m`: a shift of one series
+    of order `K + n`, composed with `t`'s series (a scaling when `t` is affine).
+    """
+    *consts, t = xs
+    if t.is_constant or t.shape != () or any(not c.is_constant for c in consts):
+        return None
+    top = max(max(o, default=0) for o in member_orders)
+    a = _unit_seed_series(sub, [c.primal for c in consts], t.primal, order + top)
+    result = []
+    for orders in member_orders:
+        outs = []
+        for y, n in zip(a, orders, strict=True):
+            d = _shifted(y, n, order)
+            if d is None:
+                outs.append(Series.constant(jnp.zeros(y.shape, y.dtype)))
+            elif t.degree == 1:
+                outs.append(Series(along_line(t.coeffs, d, order)))
+            else:
+                outs.append(Series(compose(t.coeffs, d, order)))
+        result.append(outs)
+    return result
+
+
+def _evaluate_group(order, sub, xs, member_orders):
+    # A jit call on a seed is cheapest evaluated directly; share only then.
+    if xs[-1].degree != 1:
+        return None
+    return _evaluate_shared(order, sub, xs, member_orders)
+
+
+shared_call_evaluator.append(_evaluate_group)
+shared_call_keys[derivative_p] = lambda eqn: (eqn.params["jaxpr"], eqn.params["orders"])
+shared_call_keys[_compat.jit_p] = lambda eqn: (eqn.params["jaxpr"], (0,) * len(eqn.outvars))
+
+
+@register_rule(derivative_p)
+def _derivative_rule(order, *xs, jaxpr, orders):
+    shared = _evaluate_shared(order, jaxpr, xs, [orders])
+    if shared is not None:
+        return shared[0]
+    # The constants move too: interpret the derivative's own Taylor pass.
+    primals = [x.primal for x in xs]
+    fn = functools.partial(_evaluate, jaxpr=jaxpr, orders=orders)
+    closed = jax.make_jaxpr(fn)(*primals)
+    return eval_jaxpr_series(closed.jaxpr, closed.consts, list(xs), order)
+
+
+# --------------------------------------------------------------------------
+# Binding: trace, canonicalize, bind.
+# --------------------------------------------------------------------------
+
+
+def _forwards_all(jaxpr: _compat.Jaxpr) -> _compat.JaxprEqn | None:
+    """The single equation of `jaxpr` when it maps the inputs straight to the outputs."""
+    if len(jaxpr.eqns) != 1:
+        return None
+    eqn = jaxpr.eqns[0]
+    if list(eqn.invars) != list(jaxpr.invars) or list(eqn.outvars) != list(jaxpr.outvars):
+        return None
+    return eqn
+
+
+def _canonical(sub: _compat.ClosedJaxpr, orders: tuple[int, ...]):
+    """Peel wrappers so that equal sub-programs are the same object.
+
+    `derivative(g)` where `g` is one jit call becomes a derivative of the jitted
+    program itself (shared with the direct call of it), and a derivative of a
+    derivative adds the orders: `derivative(derivative(f))` is one primitive.
+    """
+    while not sub.consts:
+        eqn = _forwards_all(sub.jaxpr)
+        if eqn is None:
+            break
+        if eqn.primitive is _compat.jit_p:
+            sub = eqn.params["jaxpr"]
+        elif eqn.primitive is derivative_p:
+            inner = eqn.params["orders"]
+            orders = tuple(a + b for a, b in zip(orders, inner, strict=True))
+            sub = eqn.params["jaxpr"]
+        else:
+            break
+    return sub, orders
+
+
+def _bind(sub: _compat.ClosedJaxpr, consts: list, t, orders: tuple[int, ...]) -> list:
+    sub, orders = _canonical(sub, orders)
+    _note_needed_order(sub, max(orders, default=0))
+    return derivative_p.bind(*consts, t, jaxpr=sub, orders=orders)
+
+
+def _trace(fun: Callable, t):
+    """Trace `fun(t)` to a jaxpr whose constants are explicit leading inputs."""
+    out_tree_box = []
+
+    def flat(t):
+        out = fun(t)
+        leaves, tree = jax.tree.flatten(out)
+        out_tree_box.append(tree)
+        return leaves
+
+    closed = jax.make_jaxpr(flat)(t)
+    sub, consts = _compat.consts_to_invars(closed)
+    return sub, consts, out_tree_box[0]
+
+
+# --------------------------------------------------------------------------
+# The emitted program, for counting (tests, benchmarks, the demo).
+# --------------------------------------------------------------------------
+
+_EXPANDED_JITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _eval_expanded(jaxpr: _compat.Jaxpr, consts, args) -> list:
+    env: dict = {}
+
+    def read(v):
+        return v.val if isinstance(v, _compat.Literal) else env[v]
+
+    for v, x in zip(jaxpr.constvars, consts, strict=True):
+        env[v] = x
+    for v, x in zip(jaxpr.invars, args, strict=True):
+        env[v] = x
+    for eqn in jaxpr.eqns:
+        ins = [read(v) for v in eqn.invars]
+        if eqn.primitive is derivative_p:
+            outs = _evaluate(*ins, **eqn.params)
+        elif eqn.primitive is _compat.jit_p:
+            outs = _expanded_jit(eqn.params["jaxpr"])(*ins)
+        else:
+            outs = _compat.bind_equation(eqn, ins)
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        for v, x in zip(eqn.outvars, outs, strict=True):
+            if not isinstance(v, _compat.DropVar):
+                env[v] = x
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _expanded_jit(closed: _compat.ClosedJaxpr):
+    fn = _EXPANDED_JITS.get(closed)
+    if fn is None:
+        fn = jax.jit(lambda *args: _eval_expanded(closed.jaxpr, closed.consts, args))
+        _EXPANDED_JITS[closed] = fn
+    return fn
+
+
+def emitted_jaxpr(fun: Callable, *args) -> _compat.ClosedJaxpr:
+    """The program that runs for `fun(*args)`: every derivative replaced by its Taylor pass.
+
+    `jax.make_jaxpr(fun)` shows a derivative as one equation; this shows what
+    it lowers to (as `jit` sub-programs, shared where they are shared).
+    """
+    closed = jax.make_jaxpr(fun)(*args)
+    return jax.make_jaxpr(lambda *a: _eval_expanded(closed.jaxpr, closed.consts, a))(
+        *jax.tree.leaves(args)
+    )
+
+
+def count_unique_equations(closed: _compat.ClosedJaxpr) -> int:
+    """Equations of a jaxpr and its sub-jaxprs, each distinct sub-jaxpr counted once.
+
+    This is the size of what is traced and lowered (a `jit` sub-program is
+    lowered once however many call sites it has).
+    """
+    seen: set[int] = set()
+
+    def count(jaxpr: _compat.Jaxpr) -> int:
+        if id(jaxpr) in seen:
+            return 0
+        seen.add(id(jaxpr))
+        total = 0
+        for eqn in jaxpr.eqns:
+            total += 1
+            for sub in _compat.jaxprs_in_params(eqn.params):
+                total += count(sub)
+        return total
+
+    return count(closed.jaxpr)
+
+
+# --------------------------------------------------------------------------
+# Public API.
+# --------------------------------------------------------------------------
+
+
+def _check_scalar(t, holomorphic: bool, name: str, api: str):
+    if isinstance(t, (list, tuple, dict)) or not hasattr(jnp.asarray(t), "dtype"):
+        raise TypeError(f"`{name}` of `{api}` must be a scalar array, got {type(t).__name__}.")
+    t = jnp.asarray(t)
+    if t.ndim != 0:
+        raise ValueError(
+            f"`{api}` differentiates with respect to a scalar, but `{name}` has shape {t.shape}. "
+            "For array inputs use `taylax.jacfwd` (a Jacobian) or `taylax.derivatives(f, k)(x, v)` "
+            "(derivatives along a direction `v`)."
+        )
+    dtype = t.dtype
+    if holomorphic and not jnp.issubdtype(dtype, np.complexfloating):
+        raise TypeError(
+            f"`{api}` with holomorphic=True requires a complex `{name}`, got {dtype}. Convert it, "
+            "e.g. `t.astype(complex)`, or drop holomorphic=True."
+        )
+    if not holomorphic and not jnp.issubdtype(dtype, np.floating):
+        hint = (
+            " For a holomorphic function of a complex variable pass holomorphic=True."
+            if jnp.issubdtype(dtype, np.complexfloating)
+            else " Convert it first, e.g. `t.astype(float)`."
+        )
+        raise TypeError(f"`{api}` needs a real floating-point `{name}`, got {dtype}.{hint}")
+    return t
+
+
+def _check_outputs(sub: _compat.ClosedJaxpr, orders, api: str):
+    for aval, n in zip(sub.out_avals, orders):
+        if n > 0 and not jnp.issubdtype(aval.dtype, np.inexact):
+            raise TypeError(
+                f"`{api}` can only differentiate floating-point or complex outputs, but the "
+                f"function returns an array of dtype {aval.dtype}. Return `x.astype(float)` "
+                "or leave integer values out of the differentiated output."
+            )
+
+
+def derivative(fun: Callable, order: int = 1, *, holomorphic: bool = False) -> Callable:
+    """The `order`-th derivative of `fun` with respect to its first (scalar) argument.
+
+    **Arguments:**
+
+    - `fun`: a function `fun(t, *args, **kwargs)` of a scalar `t`, returning any
+      pytree of floating-point or complex arrays.
+    - `order`: the derivative order `n >= 0` (a Python integer).
+    - `holomorphic`: pass True to differentiate a holomorphic function of a
+      complex `t` (as in `jax.jacfwd`); a real `t` is required otherwise.
+
+    **Returns:** a function with `fun`'s signature returning a pytree like
+    `fun(t)` whose leaves are `d^n/dt^n` of `fun`'s leaves.
+
+    Unlike nesting `jax.jacfwd`, nesting `derivative` does not multiply the
+    program: `derivative` binds one primitive that carries `fun`'s program, and
+    an enclosing Taylor evaluation raises its order instead of differentiating
+    first-order code, so `k` nested derivatives (also through a jitted user
+    recursion) cost one Taylor pass of order `k`. It works under `jax.jit`,
+    `jax.vmap`, `jax.jvp` and `jax.grad`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+        import taylax
+
+        f = lambda t: 0.3 * jnp.sin(t) * t**10
+        g = f
+        for _ in range(10):
+            g = taylax.derivative(g)
+        g(1.1)  # == taylax.derivative(f, 10)(1.1) == taylax.derivatives(f, 10)(1.1)[10]
+        ```
+    """
+    from ._api import check_order
+
+    order = check_order(order)
+
+    @functools.wraps(fun)
+    def derivative_fun(t, *args, **kwargs):
+        t = _check_scalar(t, holomorphic, "t", "taylax.derivative")
+        sub, consts, out_tree = _trace(lambda t: fun(t, *args, **kwargs), t)
+        orders = (order,) * len(sub.out_avals)
+        _check_outputs(sub, orders, "taylax.derivative")
+        return jax.tree.unflatten(out_tree, _bind(sub, consts, t, orders))
+
+    return derivative_fun
+
+
+def _is_scalar_leaf(x) -> bool:
+    if isinstance(x, (list, tuple, dict)) or x is None:
+        return False
+    try:
+        return jnp.ndim(x) == 0 and jnp.issubdtype(jnp.result_type(x), np.inexact)
+    except TypeError:
+        return False
+
+
+def jacfwd(
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+) -> Callable:
+    """Drop-in replacement for `jax.jacfwd` whose nesting collapses for scalar inputs.
+
+    **Arguments:** as `jax.jacfwd`:
+
+    - `fun`: the function to differentiate.
+    - `argnums`: an int or a sequence of ints, the positional arguments to
+      differentiate with respect to.
+    - `has_aux`: whether `fun` returns `(output, aux)`; `aux` is returned as is.
+    - `holomorphic`: whether `fun` is holomorphic (complex inputs and outputs).
+
+    **Returns:** a function returning the Jacobian exactly as `jax.jacfwd`
+    does (and `(jacobian, aux)` with `has_aux`).
+
+    When every differentiated argument is a scalar, the Jacobian is
+    `taylax.derivative` of order 1, so `taylax.jacfwd` nested k times (e.g. in
+    a recursion through `jax.jit`) costs one Taylor pass of order k instead of
+    3^k first-order passes. Array arguments are handed to `jax.jacfwd`: the
+    result is the same Jacobian, and nesting over them does not collapse.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+        import taylax
+
+        d2 = taylax.jacfwd(taylax.jacfwd(jnp.sin))(0.5)   # -sin(0.5)
+        ```
+    """
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+    def jac_fun(*args, **kwargs):
+        if any(i >= len(args) or i < -len(args) for i in nums):
+            raise ValueError(
+                f"`argnums` {argnums!r} refers to positional arguments that were not passed: "
+                f"the function was called with {len(args)} positional arguments."
+            )
+        if not all(_is_scalar_leaf(args[i]) for i in nums):
+            return jax.jacfwd(fun, argnums, has_aux=has_aux, holomorphic=holomorphic)(
+                *args, **kwargs
+            )
+        per_arg = []
+        aux = None
+        for i in nums:
+            t = _check_scalar(args[i], holomorphic, f"args[{i}]", "taylax.jacfwd")
+
+            def at(t, i=i):
+                return fun(*args[:i], t, *args[i + 1 :], **kwargs)
+
+            jac, aux = _first_derivative(at, t, has_aux, holomorphic)
+            per_arg.append(jac)
+        if isinstance(argnums, int):
+            jac = per_arg[0]
+        else:
+            jac = jax.tree.map(lambda *js: tuple(js), *per_arg)
+        return (jac, aux) if has_aux else jac
+
+    return jac_fun
+
+
+def _first_derivative(fun: Callable, t, has_aux: bool, holomorphic: bool):
+    aux_tree_box = []
+
+    def split(t):
+        out = fun(t)
+        if not has_aux:
+            return out
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(
+                "`taylax.jacfwd` with has_aux=True expects the function to return a pair "
+                f"(output, aux), got {type(out).__name__}."
+            )
+        main, aux = out
+        aux_leaves, aux_tree = jax.tree.flatten(aux)
+        aux_tree_box.append((aux_tree, len(aux_leaves)))
+        return main, aux_leaves
+
+    sub, consts, out_tree = _trace(split, t)
+    n_out = len(sub.out_avals)
+    n_aux = aux_tree_box[0][1] if has_aux else 0
+    orders = (1,) * (n_out - n_aux) + (0,) * n_aux
+    _check_outputs(sub, orders, "taylax.jacfwd")
+    if holomorphic:
+        for aval, n in zip(sub.out_avals, orders):
+            if n and not jnp.issubdtype(aval.dtype, np.complexfloating):
+                raise TypeError(
+                    "`taylax.jacfwd` with holomorphic=True requires outputs with complex dtype, "
+                    f"but got {aval.dtype}."
+                )
+    outs = _bind(sub, consts, t, orders)
+    tree = jax.tree.unflatten(out_tree, outs)
+    if not has_aux:
+        return tree, None
+    main, aux_leaves = tree
+    return main, jax.tree.unflatten(aux_tree_box[0][0], aux_leaves)

@@ -1,0 +1,161 @@
+"""The jitted recursion benchmark: `my_func(t, k)` with `jax.jacfwd` vs `taylax.jacfwd`.
+
+The users' recursion (a Heisenberg-picture series, see the README)::
+
+    @partial(jax.jit, static_argnames="k")
+    def my_func(t, k):
+        if k == 0:
+            return sx
+        X_km1 = lambda t: my_func(t, k - 1)
+        return 1j * commutator_herm(H(t), X_km1(t)) + jacfwd(X_km1, holomorphic=True)(t)
+
+With `jax.jacfwd` the program triples with every level; with `taylax.jacfwd`
+each level adds one Taylor pass. Every measurement runs in a fresh process
+(`python -m taylax._recursion CONTENDER K`), so that the first call pays the
+whole trace + compile, as a user's first call does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from functools import partial
+from typing import Any
+
+__all__ = ["fitted_exponent", "measure", "measure_sequence"]
+
+CONTENDERS = ("taylax", "jax")
+
+
+def _build(contender: str):
+    import jax
+    import jax.numpy as jnp
+
+    if contender == "taylax":
+        import taylax
+
+        jacfwd = taylax.jacfwd
+    else:
+        jacfwd = jax.jacfwd
+    sx = jnp.asarray([[0, 1.0], [1.0, 0]], dtype=complex)
+    sy = jnp.asarray([[0, -1j], [1j, 0]], dtype=complex)
+
+    def conj_op(a):
+        return jnp.swapaxes(a, -1, -2).conj()
+
+    def commutator_herm(a, b):
+        c = a @ b
+        return c - conj_op(c)
+
+    def h(t):
+        return jnp.cos(t) * sy
+
+    @partial(jax.jit, static_argnames="k")
+    def my_func(t, k):
+        if k == 0:
+            return sx
+        x_km1 = lambda t: my_func(t, k - 1)  # noqa: E731
+        return 1j * commutator_herm(h(t), x_km1(t)) + jacfwd(x_km1, holomorphic=True)(t)
+
+    return my_func
+
+
+def _equations(contender: str, my_func, t, k: int) -> int:
+    import jax
+
+    if contender == "taylax":
+        from ._derivative import count_unique_equations, emitted_jaxpr
+
+        return count_unique_equations(emitted_jaxpr(partial(my_func, k=k), t))
+    from ._derivative import count_unique_equations
+
+    return count_unique_equations(jax.make_jaxpr(partial(my_func, k=k))(t))
+
+
+def _worker(contender: str, ks: list[int], count: bool) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    my_func = _build(contender)
+    t = jnp.asarray(1.0, dtype=complex)
+    for k in ks:
+        start = time.perf_counter()
+        out = my_func(t, k).block_until_ready()
+        elapsed = time.perf_counter() - start
+        result = {"contender": contender, "k": k, "first_call_s": elapsed}
+        result["checksum"] = [float(out.real.sum()), float(out.imag.sum())]
+        print(json.dumps(result), flush=True)
+    if count:
+        # After the timed calls, so that counting (which traces) cannot warm any cache.
+        for k in ks:
+            print(json.dumps({"k": k, "equations": _equations(contender, my_func, t, k)}))
+
+
+def _run(contender: str, ks: list[int], timeout_s: float, count: bool) -> list[dict[str, Any]]:
+    cmd = [sys.executable, "-m", "taylax._recursion", contender, ",".join(map(str, ks))]
+    if count:
+        cmd.append("--count")
+    env = dict(os.environ)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        stdout, status = proc.stdout, "ok" if proc.returncode == 0 else "error"
+    except subprocess.TimeoutExpired as err:
+        out = err.stdout or b""
+        stdout, status = out.decode() if isinstance(out, bytes) else out, "timeout"
+    rows = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    results = {r["k"]: r for r in rows if "first_call_s" in r}
+    for r in rows:
+        if "equations" in r and r["k"] in results:
+            results[r["k"]]["equations"] = r["equations"]
+    if status != "ok" and len(results) < len(ks):
+        missing = [k for k in ks if k not in results]
+        for k in missing[:1]:
+            results[k] = {"contender": contender, "k": k, "status": status, "limit_s": timeout_s}
+    for r in results.values():
+        r.setdefault("status", "ok")
+    return [results[k] for k in ks if k in results]
+
+
+def measure(
+    ks: list[int], contender: str, timeout_s: float = 120.0, count: bool = True
+) -> list[dict[str, Any]]:
+    """First-call time (fresh process per k) and emitted equations for each depth `k`."""
+    results = []
+    for k in ks:
+        results += _run(contender, [k], timeout_s, count)
+    return results
+
+
+def measure_sequence(k: int, contender: str = "taylax", timeout_s: float = 300.0) -> dict:
+    """Total first-call time of `k = 0..k` called in sequence in one process vs `k` alone."""
+    sequence = _run(contender, list(range(k + 1)), timeout_s, count=False)
+    alone = _run(contender, [k], timeout_s, count=False)
+    total = sum(r.get("first_call_s", math.nan) for r in sequence)
+    single = alone[0].get("first_call_s", math.nan) if alone else math.nan
+    return {"k": k, "sequence_total_s": total, "alone_s": single, "ratio": total / single}
+
+
+def fitted_exponent(results: list[dict[str, Any]], k_min: int = 8) -> float:
+    """Least-squares slope of log(equations) against log(k), over `k >= k_min`."""
+    points = [
+        (math.log(r["k"]), math.log(r["equations"]))
+        for r in results
+        if r.get("equations") and r["k"] >= k_min
+    ]
+    n = len(points)
+    if n < 2:
+        return math.nan
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / sxx
+
+
+if __name__ == "__main__":
+    _contender, _ks = sys.argv[1], [int(k) for k in sys.argv[2].split(",")]
+    _worker(_contender, _ks, "--count" in sys.argv[3:])
