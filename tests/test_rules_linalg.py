@@ -60,6 +60,18 @@ def _custom_solve(x):
     return lax.custom_linear_solve(matvec, jnp.sin(x[:, :2]), solve)
 
 
+def _nonsymmetric(x):
+    """Non-symmetric with well separated eigenvalues (near 1, 2, 3.5 and 5)."""
+    return D4 + 0.3 * jnp.sin(x)
+
+
+def _eig(x, left: bool = False):
+    # JAX differentiates general eigenvectors only with enable_eigvec_derivs=True.
+    return lax_linalg.eig(
+        _nonsymmetric(x), compute_left_eigenvectors=left, enable_eigvec_derivs=True
+    )
+
+
 def _eigh_function(x):
     """`V diag(exp(w)) V^H`: a matrix function, independent of the eigenvectors' gauge."""
     w, v = jnp.linalg.eigh(_distinct(x))
@@ -166,6 +178,8 @@ CASES = [
     Case("qr_pivoting", lambda x: lax_linalg.qr(_mat(x), pivoting=True)[:2], (), F64),
     Case("eigh", lambda x: jnp.linalg.eigh(_distinct(x)), C128, F64),
     Case("eigh_function", _eigh_function, C128, F64),
+    Case("eig", _eig, C128, F64),
+    Case("eig_left", lambda x: _eig(x, left=True), (), C128),
     Case("svd", lambda x: jnp.linalg.svd(_mat(x)), C128, F64),
     Case("svd_tall", lambda x: jnp.linalg.svd(_tall(x), full_matrices=False), (), F64),
     Case("svd_wide", lambda x: jnp.linalg.svd(_wide(x), full_matrices=False), (), C128),
@@ -228,6 +242,39 @@ def test_svd_values_only():
     assert_series_close(actual, expected, context="svd(compute_uv=False) [complex128]")
 
 
+def test_eigvals_match_the_eigenvalues_of_eig():
+    # Nested jvp of `eigvals` stops at order 1 (its jvp rule calls eig without eigenvector
+    # derivatives); taylax's eigenvalue series does not depend on the eigenvectors' gauge, so
+    # it is checked against output 0 of the `eig` case's oracle (shared with that case).
+    case = _BY_NAME["eig"]
+    x, v = _inputs(case, "complex128")
+    expected = oracle(case.fn, x, v, 6)[0]
+    actual = taylax.derivatives(lambda x: jnp.linalg.eigvals(_nonsymmetric(x)), 6)(x, v)
+    assert_series_close(actual, expected, context="eigvals [complex128]")
+
+
+def test_eigvals_of_a_2x2_matrix_match_the_closed_form():
+    # lambda = tr/2 +- sqrt(tr^2/4 - det), real and distinct along the whole line here.
+    def matrix(t):
+        return jnp.array([[2.0 + jnp.sin(t), 1.0 + t * t], [0.5 * jnp.cos(t), -1.0 + t]])
+
+    def closed_form(t):
+        m = matrix(t)
+        half_trace = (m[0, 0] + m[1, 1]) / 2
+        root = jnp.sqrt(half_trace**2 - (m[0, 0] * m[1, 1] - m[0, 1] * m[1, 0]))
+        return jnp.stack([half_trace + root, half_trace - root])
+
+    eigenvalues = taylax.derivatives(lambda t: jnp.linalg.eigvals(matrix(t)), 8)(0.3)
+    expected = taylax.derivatives(closed_form, 8)(0.3)
+    # LAPACK's order of the two eigenvalues is its own: match them at the primal.
+    order = np.argsort(np.real(np.asarray(eigenvalues[0])))
+    expected_order = np.argsort(np.asarray(expected[0]))
+    assert_series_close(
+        np.real(np.asarray(eigenvalues))[:, order], np.asarray(expected)[:, expected_order]
+    )
+    np.testing.assert_array_equal(np.imag(np.asarray(eigenvalues)), 0.0)
+
+
 def test_solve_program_size_does_not_grow_with_order():
     x = np.asarray(_RNG.normal(size=(4, 4)))
     v = direction("count", (4, 4), "float64")
@@ -249,6 +296,7 @@ def test_solve_program_size_does_not_grow_with_order():
             lambda x: lax_linalg.eigh(x + x.T, subset_by_index=(0, 2))[1],
             "full eigendecomposition",
         ),
+        (lambda x: jnp.linalg.eig(x)[1], "enable_eigvec_derivs=True"),
     ],
 )
 def test_unsupported_forms_raise_clear_errors(fn, message):

@@ -9,7 +9,7 @@ grow with the order:
 * solves `M(s) x(s) = b(s)` (`triangular_solve`, `tridiagonal_solve`,
   `custom_linear_solve`, and so `jnp.linalg.solve`/`inv`):
   `x_k = M_0^{-1} (b_k - sum_{j>=1} M_j x_{k-j})`;
-* factorizations (`cholesky`, `lu`, `qr`, `eigh`, `svd`): coefficient `k` of
+* factorizations (`cholesky`, `lu`, `qr`, `eigh`, `eig`, `svd`): coefficient `k` of
   the defining identity (`L L^H = A`, `A V = V diag(w)`, ...) is a
   Sylvester-like equation in the new coefficient, solved the way JAX's own
   first-order jvp rule solves it (at `k = 1` the formulas are JAX's). The
@@ -417,6 +417,81 @@ def _eigh(order, a, *, subset_by_index, **params):
     )
     v, w = kernel(_full(a, order), v0, w0)
     return [Series(v), Series(w)]
+
+
+# --------------------------------------------------------------------------
+# eig (general matrices, distinct eigenvalues): V = V_0 U, B = V_0^{-1} A V_0, B U = U diag(w)
+# as for eigh; the free multiple of each v_j in V_k is fixed by LAPACK's normalization, which
+# JAX differentiates through: ||v_j(s)|| = 1 and v_j(s) real at the index where |v_j(0)| is
+# largest.
+# --------------------------------------------------------------------------
+
+
+def _eig_kernel(a, v0, w0, *, order):
+    """Series of eigenvalues and normalized right eigenvectors of the stacked matrix `a`."""
+    dtype = v0.dtype
+    a = a.astype(dtype)
+    b = _mm(jnp.linalg.solve(v0, a), v0[None])  # V_0^{-1} A_k V_0, stacked
+    gaps = _reciprocal_gaps(w0, dtype)
+    # The gauge index of every column and v_0 there (real up to rounding, as in JAX's rule).
+    largest = jnp.argmax(jnp.abs(v0), axis=0)
+    pivot = jnp.real(jnp.take_along_axis(v0, largest[None], axis=0)[0])
+
+    def body(k, carry):
+        u, v, w = carry
+        t = _conv_at("jab,jbc->ac", b, u, k, order) - _conv_at("jab,jb->ab", u, w, k, order)
+        particular = _mm(v0, gaps * t)
+        # Coefficient k of ||v_j||^2 = 1: 2 Re(v_0^H v_k) = -sum_{0<p<k} v_p^H v_{k-p}.
+        inner = _conv_at("jca,jca->a", jnp.conj(v), v, k, order)
+        c_real = -0.5 * jnp.real(inner) - jnp.real(jnp.sum(jnp.conj(v0) * particular, axis=0))
+        at_pivot = jnp.take_along_axis(particular, largest[None], axis=0)[0]
+        c = lax.complex(c_real, -jnp.imag(at_pivot) / pivot)
+        u_k = gaps * t + _diag_matrix(c)
+        v_k = particular + v0 * c[None, :]
+        w_k = _diag(t)
+        return ks.set_coeff(u, u_k, k), ks.set_coeff(v, v_k, k), ks.set_coeff(w, w_k, k)
+
+    n = w0.shape[-1]
+    init = (
+        ks.fresh(_eye(n, dtype), order, dtype),
+        ks.fresh(v0, order, dtype),
+        ks.fresh(w0, order, dtype),
+    )
+    _, v, w = ks.fori(order, body, init)
+    return w, v
+
+
+@register_rule(lax_linalg.eig_p)
+def _eig(order, a, *, compute_left_eigenvectors, compute_right_eigenvectors, **params):
+    wants_vectors = compute_left_eigenvectors or compute_right_eigenvectors
+    if wants_vectors and not params["enable_eigvec_derivs"]:
+        raise NotImplementedError(
+            "Derivatives of the eigenvectors of a general (non-symmetric) matrix are only "
+            "valid under assumptions JAX cannot check (distinct eigenvalues, LAPACK's "
+            "normalization), so JAX and taylax refuse them by default. Pass "
+            "enable_eigvec_derivs=True to jax.lax.linalg.eig to opt in, or use "
+            "jnp.linalg.eigvals if only the eigenvalues are needed."
+        )
+    # The primal with right (and, if asked for, left) eigenvectors, as JAX's jvp rule has it.
+    outs = lax_linalg.eig_p.bind(
+        a.primal,
+        compute_left_eigenvectors=compute_left_eigenvectors,
+        compute_right_eigenvectors=True,
+        **params,
+    )
+    w0, vr0 = outs[0], outs[-1]
+    nbatch = len(a.shape) - 2
+    kernel = _over_batch(lambda a, v0, w0: _eig_kernel(a, v0, w0, order=order), nbatch, (1, 0, 0))
+    coeffs = _full(a, order)
+    w, vr = kernel(coeffs, vr0, w0)
+    results = [Series(w)]
+    if compute_left_eigenvectors:
+        # Left eigenvectors of A are the right eigenvectors of A^H, eigenvalues conj(w).
+        _, vl = kernel(_h(coeffs), outs[1], jnp.conj(w0))
+        results.append(Series(vl))
+    if compute_right_eigenvectors:
+        results.append(Series(vr))
+    return results
 
 
 # --------------------------------------------------------------------------
