@@ -16,6 +16,12 @@ from taylax._benchmark import format_ratio, format_time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 PROGRAMS_START, PROGRAMS_END = "<!-- bench-programs:start -->", "<!-- bench-programs:end -->"
+DERIVATIVE_START, DERIVATIVE_END = (
+    "<!-- bench-derivative:start -->",
+    "<!-- bench-derivative:end -->",
+)
+# The depths shown in the README (the full table is in benchmarks/results/derivative.md).
+DERIVATIVE_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 20, 25, 30)
 TITLES = {
     "scalar": "(a) `f(t) = 0.3*sin(t)*t**10`, k-th derivative at t = 1.1",
     "mlp": "(b) 3-layer tanh MLP (width 64, batch 256) along a random direction",
@@ -114,6 +120,27 @@ def programs_summary(payload: dict) -> str:
     return "\n".join(lines)
 
 
+def derivative_summary(payload: dict) -> str:
+    """The jitted recursion (`benchmarks/bench_derivative.py`): taylax.jacfwd vs jax.jacfwd."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_derivative import headline, table
+
+    meta = payload.get("meta", {})
+    shown = dict(payload, results=[r for r in payload["results"] if r["k"] in DERIVATIVE_KS])
+    lines = [
+        "(e) A user recursion of nested derivatives with `jax.jit` at every level, "
+        "`X_k(t) = i[H(t), X_{k-1}(t)] + X_{k-1}'(t)` (`taylax._recursion`), written with "
+        f"`taylax.jacfwd` against `jax.jacfwd` (jax {meta.get('jax', '?')}, {meta.get('cpus', '?')} CPUs, complex128, "
+        f"measured {str(meta.get('date', '?'))[:10]}; `benchmarks/results/derivative.md`; "
+        "jax.jacfwd stops at k = 8, where its program has tripled eight times):",
+        "",
+        *headline(payload),
+        "",
+        table(shown),
+    ]
+    return "\n".join(lines)
+
+
 def _replace_between(text: str, start: str, end: str, body: str) -> str:
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
@@ -128,6 +155,14 @@ def main() -> int:
     if programs.exists() and PROGRAMS_START in text:
         text = _replace_between(
             text, PROGRAMS_START, PROGRAMS_END, programs_summary(json.loads(programs.read_text()))
+        )
+    derivative = ROOT / "benchmarks/results/derivative.json"
+    if derivative.exists() and DERIVATIVE_START in text:
+        text = _replace_between(
+            text,
+            DERIVATIVE_START,
+            DERIVATIVE_END,
+            derivative_summary(json.loads(derivative.read_text())),
         )
     readme.write_text(text)
     return 0

@@ -55,6 +55,10 @@ def test_demo_quick_writes_png(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "taylax/jet" in proc.stdout
+    # The jitted-recursion part: its own table and plot.
+    recursion_png = out.with_name("demo_recursion.png")
+    assert recursion_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "taylax.jacfwd" in proc.stdout and "jax.jacfwd" in proc.stdout
 
 
 def test_bench_end_to_end_writes_markdown_and_json(tmp_path):

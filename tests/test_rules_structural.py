@@ -29,6 +29,7 @@ D23 = np.array([[0.5, -1.25, 0.75], [1.5, -0.25, 2.0]])
 DV23 = np.array([[0.25, 0.5, -1.0], [0.75, 1.25, -0.5]])
 
 W32 = np.array([[0.3, -1.1], [0.7, 0.2], [-0.5, 0.9]])
+W24 = np.cos(np.arange(3 * 24.0).reshape(3, 24))  # (3, 24)
 K_OIW = np.array([[[0.3, -0.6], [1.1, 0.4]], [[-0.2, 0.5], [0.8, -0.9]]])  # (O=2, I=2, W=2)
 LHS_CONST = np.array([[[0.3, -0.6, 1.2, 0.1, -0.4], [1.1, 0.4, -0.8, 0.7, 0.2]]])  # (1, 2, 5)
 
@@ -185,6 +186,9 @@ CASES = [
     # ---- contractions -----------------------------------------------------------------------
     Case("matmul_const", lambda x: jnp.sin(jnp.sin(x) @ W32)),
     Case("matmul_both", lambda x: jnp.exp(x) @ jnp.sin(x).T),
+    Case("matmul_const_left", lambda x: jnp.cos(W32 @ jnp.sin(x))),
+    # Large enough that the Cauchy product is one dot_general, not a multiply-and-sum.
+    Case("matmul_both_large", lambda x: jnp.sin(x @ W24).T @ jnp.tanh(x @ W24 * x[0, 0]), X23),
     Case("matmul_vector", lambda x: jnp.dot(jnp.sin(x), jnp.exp(x)) * x, X3),
     Case("einsum_batch", lambda x: jnp.einsum("bi,bj->bij", jnp.sin(x), jnp.exp(x))),
     Case("einsum_batch_contract", lambda x: jnp.cos(jnp.einsum("bi,bi->b", jnp.sin(x), x * x))),

@@ -51,6 +51,32 @@ derivative_p = _compat.Primitive("taylax_derivative")
 derivative_p.multiple_results = True
 
 
+class Program:
+    """The differentiated program of a `derivative_p` equation (its `program` parameter).
+
+    A wrapper rather than a bare `ClosedJaxpr`, so that JAX's generic walkers over
+    sub-jaxprs (sharding and effect checks at lowering) do not descend into it: they do
+    not memoize, and in a jitted recursion each level references the previous one twice
+    (its primal call and its derivative), so they would visit 2^depth sub-programs.
+    taylax's own walkers unwrap it. Equal when it holds the same jaxpr object.
+    """
+
+    __slots__ = ("closed",)
+
+    def __init__(self, closed: _compat.ClosedJaxpr):
+        self.closed = closed
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Program) and other.closed is self.closed
+
+    def __hash__(self) -> int:
+        return id(self.closed)
+
+    def __repr__(self) -> str:
+        jaxpr = self.closed.jaxpr
+        return f"<program: {len(jaxpr.invars)} inputs, {len(jaxpr.eqns)} equations>"
+
+
 # --------------------------------------------------------------------------
 # Evaluation on its own: one Taylor pass.
 # --------------------------------------------------------------------------
@@ -64,8 +90,9 @@ def _scaled_coefficient(y: Series, n: int):
     return c * np.asarray(math.factorial(n), c.dtype) if n > 1 else c
 
 
-def _evaluate(*args, jaxpr: _compat.ClosedJaxpr, orders: tuple[int, ...]):
+def _evaluate(*args, program: Program, orders: tuple[int, ...]):
     """The primitive's meaning: one Taylor pass of order `max(orders)` along `t + s`."""
+    jaxpr = program.closed
     *consts, t = args
     top = max(orders, default=0)
     if top == 0:
@@ -77,18 +104,18 @@ def _evaluate(*args, jaxpr: _compat.ClosedJaxpr, orders: tuple[int, ...]):
 _JITTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _impl(*args, jaxpr, orders):
-    per_jaxpr = _JITTED.setdefault(jaxpr, {})
+def _impl(*args, program, orders):
+    per_jaxpr = _JITTED.setdefault(program.closed, {})
     fn = per_jaxpr.get(orders)
     if fn is None:
-        fn = jax.jit(functools.partial(_evaluate, jaxpr=jaxpr, orders=orders))
+        fn = jax.jit(functools.partial(_evaluate, program=program, orders=orders))
         per_jaxpr[orders] = fn
     return fn(*args)
 
 
-def _abstract_eval(*avals, jaxpr, orders):
+def _abstract_eval(*avals, program, orders):
     del avals, orders
-    return list(jaxpr.out_avals)
+    return list(program.closed.out_avals)
 
 
 derivative_p.def_impl(_impl)
@@ -98,28 +125,28 @@ _compat.mlir.register_lowering(
 )
 
 
-def _jvp(primals, tangents, *, jaxpr, orders):
+def _jvp(primals, tangents, *, program, orders):
     # The derivative is a smooth function of (consts, t) computed by the Taylor
     # pass; differentiating that pass is exact (and transposable, for grad).
     tangents = [_compat.ad.instantiate_zeros(t) for t in tangents]
-    fn = functools.partial(_evaluate, jaxpr=jaxpr, orders=orders)
+    fn = functools.partial(_evaluate, program=program, orders=orders)
     return jax.jvp(fn, list(primals), tangents)
 
 
 _compat.ad.primitive_jvps[derivative_p] = _jvp
 
 
-def _batch(args, dims, *, jaxpr, orders):
+def _batch(args, dims, *, program, orders):
     in_axes = list(dims)  # None: not batched
-    batched = jax.vmap(_compat.jaxpr_as_fun(jaxpr), in_axes=in_axes, out_axes=0)
+    batched = jax.vmap(_compat.jaxpr_as_fun(program.closed), in_axes=in_axes, out_axes=0)
     shapes = [jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)) for a in args]
     closed = jax.make_jaxpr(batched)(*shapes)
     sub, consts = _compat.consts_to_invars(closed)
     if consts:
         # vmap's own constants (e.g. an iota) come first, as in `derivative`.
-        outs = derivative_p.bind(*consts, *args, jaxpr=sub, orders=orders)
+        outs = derivative_p.bind(*consts, *args, program=Program(sub), orders=orders)
     else:
-        outs = derivative_p.bind(*args, jaxpr=sub, orders=orders)
+        outs = derivative_p.bind(*args, program=Program(sub), orders=orders)
     return outs, [0] * len(outs)
 
 
@@ -147,11 +174,17 @@ def _note_needed_order(sub: _compat.ClosedJaxpr, order: int) -> None:
     if _NEEDED_ORDER.get(sub, -1) >= order:
         return
     _NEEDED_ORDER[sub] = order
+    uses = []
     for eqn in sub.jaxpr.eqns:
         if eqn.primitive is derivative_p:
-            _note_needed_order(eqn.params["jaxpr"], order + max(eqn.params["orders"], default=0))
+            needed = order + max(eqn.params["orders"], default=0)
+            uses.append((needed, eqn.params["program"].closed))
         elif eqn.primitive is _compat.jit_p:
-            _note_needed_order(eqn.params["jaxpr"], order)
+            uses.append((order, eqn.params["jaxpr"]))
+    # Highest order first: a later use at a lower order then stops at once, so a
+    # recursion referencing each level twice is walked once, not 2^depth times.
+    for needed, inner in sorted(uses, key=lambda use: -use[0]):
+        _note_needed_order(inner, needed)
 
 
 def _unit_seed_series(sub: _compat.ClosedJaxpr, consts, t0, order: int) -> list[Series]:
@@ -180,11 +213,24 @@ def _shifted(a: Series, n: int, order: int):
     """`d_m = f^(n+m)(t0) / m!` for m = 0..order, from `a_j = f^(j)(t0) / j!`."""
     if n > a.degree:
         return None
-    coeffs = pad_degree(a.coeffs, n + order)[n:]
+    coeffs = pad_degree(a.coeffs, n + order)
     m = np.arange(order + 1)
     ratio = np.array([math.perm(n + k, n) for k in m], dtype=np.float64)  # (n+m)!/m!
+    if coeffs[0].size <= _SHIFT_BY_PRODUCT_SIZE:
+        # As a product with a constant (order+1, n+order+1) matrix: XLA materializes a dot
+        # instead of fusing the shift, so a chain of nested derivatives (each level a
+        # shift of the next) does not become one fused expression per consumer, whose
+        # size (and compile time) would grow with the depth of the chain.
+        shift = np.zeros((order + 1, n + order + 1), np.float64)
+        shift[m, n + m] = ratio
+        return jnp.tensordot(jnp.asarray(shift, coeffs.dtype), coeffs, axes=1)
     shape = (order + 1,) + (1,) * (coeffs.ndim - 1)
-    return coeffs * ratio.reshape(shape).astype(coeffs.dtype)
+    return coeffs[n:] * ratio.reshape(shape).astype(coeffs.dtype)
+
+
+# Largest per-coefficient size for which `_shifted` multiplies by a shift matrix; the
+# matrix costs (n+order+1) multiplies per output entry instead of one.
+_SHIFT_BY_PRODUCT_SIZE = 1024
 
 
 def _evaluate_shared(
@@ -225,18 +271,18 @@ def _evaluate_group(order, sub, xs, member_orders):
 
 
 shared_call_evaluator.append(_evaluate_group)
-shared_call_keys[derivative_p] = lambda eqn: (eqn.params["jaxpr"], eqn.params["orders"])
+shared_call_keys[derivative_p] = lambda eqn: (eqn.params["program"].closed, eqn.params["orders"])
 shared_call_keys[_compat.jit_p] = lambda eqn: (eqn.params["jaxpr"], (0,) * len(eqn.outvars))
 
 
 @register_rule(derivative_p)
-def _derivative_rule(order, *xs, jaxpr, orders):
-    shared = _evaluate_shared(order, jaxpr, xs, [orders])
+def _derivative_rule(order, *xs, program, orders):
+    shared = _evaluate_shared(order, program.closed, xs, [orders])
     if shared is not None:
         return shared[0]
     # The constants move too: interpret the derivative's own Taylor pass.
     primals = [x.primal for x in xs]
-    fn = functools.partial(_evaluate, jaxpr=jaxpr, orders=orders)
+    fn = functools.partial(_evaluate, program=program, orders=orders)
     closed = jax.make_jaxpr(fn)(*primals)
     return eval_jaxpr_series(closed.jaxpr, closed.consts, list(xs), order)
 
@@ -272,7 +318,7 @@ def _canonical(sub: _compat.ClosedJaxpr, orders: tuple[int, ...]):
         elif eqn.primitive is derivative_p:
             inner = eqn.params["orders"]
             orders = tuple(a + b for a, b in zip(orders, inner, strict=True))
-            sub = eqn.params["jaxpr"]
+            sub = eqn.params["program"].closed
         else:
             break
     return sub, orders
@@ -281,7 +327,7 @@ def _canonical(sub: _compat.ClosedJaxpr, orders: tuple[int, ...]):
 def _bind(sub: _compat.ClosedJaxpr, consts: list, t, orders: tuple[int, ...]) -> list:
     sub, orders = _canonical(sub, orders)
     _note_needed_order(sub, max(orders, default=0))
-    return derivative_p.bind(*consts, t, jaxpr=sub, orders=orders)
+    return derivative_p.bind(*consts, t, program=Program(sub), orders=orders)
 
 
 def _trace(fun: Callable, t):
@@ -351,6 +397,14 @@ def emitted_jaxpr(fun: Callable, *args) -> _compat.ClosedJaxpr:
     )
 
 
+def sub_jaxprs(eqn: _compat.JaxprEqn) -> list[_compat.Jaxpr]:
+    """The sub-jaxprs of an equation, a derivative's program included."""
+    subs = list(_compat.jaxprs_in_params(eqn.params))
+    if eqn.primitive is derivative_p:
+        subs.append(eqn.params["program"].closed.jaxpr)
+    return subs
+
+
 def count_unique_equations(closed: _compat.ClosedJaxpr) -> int:
     """Equations of a jaxpr and its sub-jaxprs, each distinct sub-jaxpr counted once.
 
@@ -366,7 +420,7 @@ def count_unique_equations(closed: _compat.ClosedJaxpr) -> int:
         total = 0
         for eqn in jaxpr.eqns:
             total += 1
-            for sub in _compat.jaxprs_in_params(eqn.params):
+            for sub in sub_jaxprs(eqn):
                 total += count(sub)
         return total
 

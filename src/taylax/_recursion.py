@@ -26,7 +26,7 @@ import time
 from functools import partial
 from typing import Any
 
-__all__ = ["fitted_exponent", "measure", "measure_sequence"]
+__all__ = ["fitted_exponent", "max_relative_difference", "measure", "measure_sequence"]
 
 CONTENDERS = ("taylax", "jax")
 
@@ -88,7 +88,7 @@ def _worker(contender: str, ks: list[int], count: bool) -> None:
         out = my_func(t, k).block_until_ready()
         elapsed = time.perf_counter() - start
         result = {"contender": contender, "k": k, "first_call_s": elapsed}
-        result["checksum"] = [float(out.real.sum()), float(out.imag.sum())]
+        result["value"] = [[float(z.real), float(z.imag)] for z in out.ravel().tolist()]
         print(json.dumps(result), flush=True)
     if count:
         # After the timed calls, so that counting (which traces) cannot warm any cache.
@@ -138,6 +138,14 @@ def measure_sequence(k: int, contender: str = "taylax", timeout_s: float = 300.0
     total = sum(r.get("first_call_s", math.nan) for r in sequence)
     single = alone[0].get("first_call_s", math.nan) if alone else math.nan
     return {"k": k, "sequence_total_s": total, "alone_s": single, "ratio": total / single}
+
+
+def max_relative_difference(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """Largest `|a - b| / max|b|` over the entries of two measured results' values."""
+    za = [complex(re, im) for re, im in a["value"]]
+    zb = [complex(re, im) for re, im in b["value"]]
+    scale = max(max(abs(z) for z in zb), 1e-300)
+    return max(abs(x - y) for x, y in zip(za, zb, strict=True)) / scale
 
 
 def fitted_exponent(results: list[dict[str, Any]], k_min: int = 8) -> float:

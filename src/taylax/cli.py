@@ -3,8 +3,10 @@
 ``taylax demo`` computes the derivatives of ``0.3*sin(t)*t**10`` at increasing
 orders with taylax, ``jax.experimental.jet`` and nested ``jax.jvp``, each
 measurement in a fresh process, and shows the equations that each emits and
-the time of its first call (trace + compile + run) in a table and a plot. It
-needs the ``demo`` extra: ``pip install 'taylax[demo]'``.
+the time of its first call (trace + compile + run) in a table and a plot. Then
+it runs a jitted user recursion of nested derivatives with ``taylax.jacfwd``
+and ``jax.jacfwd`` (``taylax._demo_recursion``), with its own table and plot.
+It needs the ``demo`` extra: ``pip install 'taylax[demo]'``.
 
 ``taylax bench`` runs the full benchmark suite (see ``taylax._benchmark``) and
 writes markdown and JSON results.
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _benchmark
+from . import _benchmark, _demo_recursion
 
 __all__ = ["main"]
 
@@ -208,7 +210,24 @@ def _demo(args: argparse.Namespace) -> int:
             )
     out = Path(args.out)
     _plot(results, out, plt)
-    console.print(f"Wrote {out} ({time.perf_counter() - start:.0f} s in all).", markup=False)
+    console.print(f"Wrote {out}.", markup=False)
+    quick = args.quick
+    if args.recursion_ks is None:
+        args.recursion_ks = (
+            _demo_recursion.QUICK_RECURSION_KS if quick else _demo_recursion.RECURSION_KS
+        )
+    if args.jacfwd_ks is None:
+        args.jacfwd_ks = _demo_recursion.QUICK_JACFWD_KS if quick else _demo_recursion.JACFWD_KS
+    if args.recursion_ks or args.jacfwd_ks:
+        results += _demo_recursion.run(
+            console,
+            plt,
+            out.with_name(f"{out.stem}_recursion{out.suffix}"),
+            args.recursion_ks,
+            args.jacfwd_ks,
+            args.timeout,
+        )
+    console.print(f"{time.perf_counter() - start:.0f} s in all.", markup=False)
     # Timeouts and skips are part of the story; an error is a failure.
     return 1 if any(r["status"] == "error" for r in results) else 0
 
@@ -247,6 +266,18 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--timeout", type=float, default=120.0, help="time limit of one run, in seconds"
+    )
+    demo.add_argument(
+        "--recursion-ks",
+        type=_benchmark._int_list,
+        default=None,
+        help="depths k of the jitted recursion for taylax.jacfwd (default 1..30; empty: skip)",
+    )
+    demo.add_argument(
+        "--jacfwd-ks",
+        type=_benchmark._int_list,
+        default=None,
+        help="depths k of the jitted recursion for jax.jacfwd (default 1..8; empty: skip)",
     )
     demo.set_defaults(handler=_demo)
 

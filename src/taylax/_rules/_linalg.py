@@ -6,7 +6,6 @@ operands the Cauchy product is one batched call over a Toeplitz table.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import jax.numpy as jnp
@@ -17,19 +16,62 @@ from .._interpret import register_rule
 from .._series import Series
 
 
-def _bilinear(prim, small_op=None):
+def _per_coefficient(prim):
+    """The Cauchy product of a bilinear primitive as one call of it per coefficient pair."""
+
     def rule(order, a, b, **params):
         def op(x, y):
             return prim.bind(x, y, **params)
 
-        degree = min(a.degree + b.degree, order)
-        if small_op is not None and a.degree and b.degree:
-            work = (degree + 1) ** 2 * _product_size(a.shape, b.shape, params)
-            if work <= _SMALL_PRODUCT:
-                op = functools.partial(small_op, **params)
         return Series(ks.cauchy_bilinear(op, a.coeffs, b.coeffs, order))
 
-    register_rule(prim)(rule)
+    return rule
+
+
+_dot_general_per_coefficient = _per_coefficient(lax.dot_general_p)
+register_rule(lax.conv_general_dilated_p)(_per_coefficient(lax.conv_general_dilated_p))
+
+
+@register_rule(lax.dot_general_p)
+def _dot_general(order, a, b, *, dimension_numbers, **params):
+    """Cauchy product of two stacked series under `dot_general`, as ONE `dot_general`.
+
+    The coefficient axes become extra dimensions of the same call: with the Toeplitz table
+    `T[k, i] = b_{k-i}`, `c_k = sum_i dot(a_i, T[k, i])` contracts `a`'s coefficient axis
+    with `T`'s column axis, and `T`'s row axis is a free dimension moved to the front.
+    """
+    if params.get("out_sharding") is not None:
+        # An output sharding names the output's own axes: keep one call per coefficient.
+        return _dot_general_per_coefficient(
+            order, a, b, dimension_numbers=dimension_numbers, **params
+        )
+    (ac, bc), (ab, bb) = dimension_numbers
+    degree = min(a.degree + b.degree, order)
+    x, y = a.coeffs[: degree + 1], b.coeffs[: degree + 1]
+    if a.degree == 0 or b.degree == 0:
+        # Linear in the series operand: its coefficient axis is one more free dimension.
+        if a.degree == 0:
+            x, free_at = x[0], len(ab) + len(_split_dims(x.ndim - 1, ac, ab))
+            dims = ((ac, tuple(d + 1 for d in bc)), (ab, tuple(d + 1 for d in bb)))
+        else:
+            y, free_at = y[0], len(ab)
+            dims = ((tuple(d + 1 for d in ac), bc), (tuple(d + 1 for d in ab), bb))
+    else:
+        y = ks.toeplitz(y, degree + 1, x.shape[0])  # (rows, cols, *b.shape)
+        free_at = len(ab) + len(_split_dims(x.ndim - 1, ac, ab))
+        dims = (
+            ((0, *(d + 1 for d in ac)), (1, *(d + 2 for d in bc))),
+            (tuple(d + 1 for d in ab), tuple(d + 2 for d in bb)),
+        )
+    (_, y_contract), (_, y_batch) = dims
+    work = math.prod(x.shape) * math.prod(
+        y.shape[d] for d in _split_dims(y.ndim, y_contract, y_batch)
+    )
+    if work <= _SMALL_PRODUCT:
+        out = _dot_general_by_multiply(x, y, dimension_numbers=dims, **params)
+    else:
+        out = lax.dot_general(x, y, dims, **params)
+    return Series(jnp.moveaxis(out, free_at, 0))
 
 
 # A Cauchy product of small matrices is cheaper as one fused multiply-and-sum than
@@ -41,12 +83,6 @@ _SMALL_PRODUCT = 1 << 14
 
 def _split_dims(ndim, contract, batch):
     return [d for d in range(ndim) if d not in contract and d not in batch]
-
-
-def _product_size(a_shape, b_shape, params) -> int:
-    (ac, bc), (ab, _) = params["dimension_numbers"]
-    size = math.prod(a_shape)
-    return size * math.prod(b_shape[d] for d in _split_dims(len(b_shape), bc, ()))
 
 
 def _dot_general_by_multiply(x, y, *, dimension_numbers, preferred_element_type=None, **_):
@@ -62,7 +98,3 @@ def _dot_general_by_multiply(x, y, *, dimension_numbers, preferred_element_type=
     dtype = preferred_element_type or jnp.result_type(x, y)
     prod = xt.astype(dtype) * yt.astype(dtype)
     return jnp.sum(prod, axis=tuple(range(prod.ndim - nc, prod.ndim))) if nc else prod
-
-
-_bilinear(lax.dot_general_p, _dot_general_by_multiply)
-_bilinear(lax.conv_general_dilated_p)
