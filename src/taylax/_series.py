@@ -156,26 +156,20 @@ def stack_primal(primal: Array, rest: Array) -> Array:
 
 
 def toeplitz(b: Array, rows: int, cols: int) -> Array:
-    """`T[k, i] = b_{k-i}` (zero outside `0 <= k-i <= deg b`), shape `(rows, cols, *S)`."""
+    """`T[k, i] = b_{k-i}` (zero outside `0 <= k-i <= deg b`), shape `(rows, cols, *S)`.
+
+    Built by the skew trick, with reshapes and slices only (no gather): `cols` copies of
+    `w` (`b` zero-padded to length `n`), flattened and cut to `cols * (n - 1)` elements,
+    read back as `(cols, n - 1)`, hold `w[k - i]` in row `i`, column `k`.
+    """
     db = degree_of(b)
-    k = np.arange(rows)[:, None]
-    i = np.arange(cols)[None, :]
-    diff = k - i
-    index = np.where((diff >= 0) & (diff <= db), diff + 1, 0).astype(np.int32)
-    padded = shift(b, 1, db + 1)  # row 0 is a zero row
-    rest = padded.shape[1:]
-    dnums = lax.GatherDimensionNumbers(
-        offset_dims=tuple(range(2, 2 + len(rest))),
-        collapsed_slice_dims=(0,),
-        start_index_map=(0,),
-    )
-    return lax.gather(
-        padded,
-        index[..., None],
-        dnums,
-        slice_sizes=(1,) + tuple(rest),
-        mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS,
-    )
+    rest = b.shape[1:]
+    n = max(rows, db + 1) + cols
+    w = pad_degree(b, n - 1)  # (n, *S)
+    copies = lax.broadcast_in_dim(w, (cols, n) + rest, tuple(range(1, 2 + len(rest))))
+    flat = lax.reshape(copies, (cols * n,) + rest)[: cols * (n - 1)]
+    skewed = lax.reshape(flat, (cols, n - 1) + rest)[:, :rows]
+    return jnp.swapaxes(skewed, 0, 1)
 
 
 def cauchy(a: Array, b: Array, order: int) -> Array:
