@@ -130,7 +130,8 @@ def derivative_summary(payload: dict) -> str:
     lines = [
         "(e) A user recursion of nested derivatives with `jax.jit` at every level, "
         "`X_k(t) = i[H(t), X_{k-1}(t)] + X_{k-1}'(t)` (`taylax._recursion`), written with "
-        f"`taylax.jacfwd` against `jax.jacfwd` (jax {meta.get('jax', '?')}, {meta.get('cpus', '?')} CPUs, complex128, "
+        f"`taylax.jacfwd` against `jax.jacfwd` (jax {meta.get('jax', '?')}, "
+        f"{meta.get('cpus', '?')} CPUs, complex128, "
         f"measured {str(meta.get('date', '?'))[:10]}; `benchmarks/results/derivative.md`; "
         "jax.jacfwd stops at k = 8, where its program has tripled eight times):",
         "",
