@@ -48,4 +48,4 @@ demo: $(VENV)/.stamp-demo
 	$(BIN)/taylax demo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis taylax_demo.png
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis taylax_demo.png taylax_demo_recursion.png

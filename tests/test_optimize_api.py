@@ -145,3 +145,18 @@ def test_unchanged_program_is_returned_as_is():
 def test_docstring_examples():
     failures, _ = doctest.testmod(_api, verbose=False)
     assert failures == 0
+
+
+def test_derivative_programs_are_merged_and_optimized_inside():
+    # Two calls of the same derivative trace two equal programs: CSE merges them; the
+    # program inside is optimized too (`x * 1.0` goes).
+    d2 = taylax.derivative(lambda t: jnp.sin(t) * 1.0 * t, 2)
+    closed = taylax.make_jaxpr(lambda t: d2(t) + d2(t))(0.3)
+    assert taylax.equation_counts(closed) == {"taylax_derivative": 1, "add": 1}
+    (eqn,) = [e for e in closed.jaxpr.eqns if e.primitive.name == "taylax_derivative"]
+    inner = taylax.equation_counts(eqn.params["program"].closed)
+    assert inner == {"sin": 1, "mul": 1}
+    jex.check_jaxpr(closed.jaxpr)
+    np.testing.assert_allclose(
+        taylax.optimized(lambda t: d2(t) + d2(t))(0.3), 2 * d2(0.3), rtol=1e-6
+    )

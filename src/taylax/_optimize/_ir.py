@@ -41,10 +41,19 @@ def is_keep_primitive(primitive) -> bool:
     return name in _KEEP_NAMES or name.startswith(_KEEP_PREFIXES) or "callback" in name
 
 
+def _program_type() -> type:
+    """`taylax._derivative.Program`: the wrapper of a derivative's program (imported lazily)."""
+    from .._derivative import Program
+
+    return Program
+
+
 def sub_jaxprs(value: Any) -> Iterator[Any]:
     """Yields every Jaxpr or ClosedJaxpr held by one parameter value (tuples included)."""
     if isinstance(value, _compat.ClosedJaxpr | _compat.Jaxpr):
         yield value
+    elif isinstance(value, _program_type()):
+        yield value.closed
     elif isinstance(value, tuple | list):
         for item in value:
             yield from sub_jaxprs(item)
@@ -105,6 +114,13 @@ def map_params(params: dict, fn: Callable[[Any], Any]) -> dict:
             new = fn(value)
             changed = changed or new is not value
             return new
+        program = _program_type()
+        if isinstance(value, program):
+            new = fn(value.closed)
+            if new is value.closed:
+                return value
+            changed = True
+            return program(new)
         if isinstance(value, tuple) and any(True for _ in sub_jaxprs(value)):
             return tuple(visit(item) for item in value)
         return value
@@ -183,6 +199,8 @@ def value_key(value: Any) -> Any:
         return ("closed", jaxpr_key(value.jaxpr), consts)
     if isinstance(value, _compat.Jaxpr):
         return ("jaxpr", jaxpr_key(value))
+    if isinstance(value, _program_type()):
+        return ("program", value_key(value.closed))
     if isinstance(value, tuple | list):
         return (type(value).__name__, *(value_key(v) for v in value))
     if isinstance(value, np.ndarray):
