@@ -106,6 +106,29 @@ def _general_reduce(x, index_dtype=np.float64):
     return total, product, best * where
 
 
+def _general_reduce_window(x):
+    """`reduce_window` with reducers JAX has no dedicated primitive for (a generic one)."""
+    y = (jnp.sin(x) * x + 1.5).reshape(2, 4)
+    # Product pooling, strided, padded with the initial value, base and window dilation.
+    product = lax.reduce_window(
+        y,
+        1.0,
+        lax.mul,
+        (2, 2),
+        (1, 2),
+        ((0, 1), (1, 0)),
+        base_dilation=(1, 2),
+        window_dilation=(1, 1),
+    )
+    soft = lax.reduce_window(y, 0.0, lambda a, b: a + b + 0.1 * a * b, (1, 3), (1, 1), "SAME")
+    # A variadic (value, index) window argmax, with a float index (as JAX's jvp needs).
+    index = lax.broadcasted_iota(jnp.float64, (2, 4), 1) + 0 * y
+    best, where = lax.reduce_window(
+        (jnp.cos(y), index), (-jnp.inf, 0.0), _argmax_pair, (1, 2), (1, 1), "VALID"
+    )
+    return product, soft, best * where
+
+
 CASES = [
     Case("incomplete_gamma", _incomplete_gamma, POS),
     Case("incomplete_beta", _incomplete_beta, UNIT),
@@ -116,6 +139,12 @@ CASES = [
     Case("approx_top_k", _approx_top_k, MIXED, per_point=False),
     Case("pooling_and_checkpoint_name", _pooling_derivatives, MIXED, per_point=False),
     Case("general_reduce", _general_reduce, np.linspace(-1.3, 1.7, 6), per_point=False),
+    Case(
+        "general_reduce_window",
+        _general_reduce_window,
+        np.linspace(-1.1, 1.6, 8),
+        per_point=False,
+    ),
 ]
 
 CASES_BY_NAME = {c.name: c for c in CASES}

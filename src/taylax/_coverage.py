@@ -58,8 +58,6 @@ NOT_YET: dict[str, str] = {
     "rule rejects an added coefficient axis; not implemented",
     "random_gamma": "its derivative in `a` is an implicit equation through an iterative "
     "series (random_gamma_grad); not implemented",
-    "reduce_window": "a general reduce_window with a user's reducer: XLA runs only scalar "
-    "code in reduction regions, so it needs a windowed tree reduction; not implemented",
 }
 
 

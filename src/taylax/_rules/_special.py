@@ -316,3 +316,95 @@ def _reduce(order, *xs, computation, jaxpr, dimensions):
         else:
             out.append(Series.constant(v.reshape(kept_shape)))
     return out
+
+
+def _window_slices(
+    x,
+    pad_value,
+    out_shape,
+    *,
+    window_dimensions,
+    window_strides,
+    padding,
+    base_dilation,
+    window_dilation,
+):
+    """`(prod(window_dimensions), *out_shape)`: window element `i` of every output position.
+
+    The operand is dilated and padded with `pad_value` as `reduce_window` does; element
+    `i` (row-major over the window) of all windows is one strided slice.
+    """
+    config = [(lo, hi, b - 1) for (lo, hi), b in zip(padding, base_dilation)]
+    padded = lax.pad(x, jnp.asarray(pad_value, x.dtype), config)
+    slices = []
+    for offset in np.ndindex(*window_dimensions):
+        start = [o * d for o, d in zip(offset, window_dilation)]
+        limit = [s + (n - 1) * st + 1 for s, n, st in zip(start, out_shape, window_strides)]
+        slices.append(lax.slice(padded, start, limit, window_strides))
+    return jnp.stack(slices)
+
+
+def _window_output_shape(
+    shape, *, window_dimensions, window_strides, padding, base_dilation, window_dilation
+):
+    out = []
+    for d, w, st, (lo, hi), b, wd in zip(
+        shape, window_dimensions, window_strides, padding, base_dilation, window_dilation
+    ):
+        padded = (d - 1) * b + 1 + lo + hi if d else lo + hi
+        extent = (w - 1) * wd + 1
+        out.append(max(0, (padded - extent) // st + 1) if padded >= extent else 0)
+    return tuple(out)
+
+
+@register_rule(lax.reduce_window_p)
+def _reduce_window(order, *xs, jaxpr, consts, **window):
+    """`reduce_window` with a user's reducer: a left fold over the window, as XLA runs it.
+
+    Every window element is one strided slice of the padded operand; the reducer, evaluated
+    on scalar series (vmapped over the output positions), folds them into the initial value
+    in row-major window order. JAX's jvp runs the same fold inside XLA's `reduce_window`, so
+    ties of a max-like reducer resolve the same way. The program grows with the window
+    size, not with the order.
+    """
+    n_ops = len(xs) // 2
+    operands, inits = xs[:n_ops], xs[n_ops:]
+    if not all(i.is_constant for i in inits):
+        raise NotImplementedError(
+            "taylax differentiates a general `lax.reduce_window` only when its initial values "
+            "do not depend on the differentiated input (JAX's jvp has the same limit)."
+        )
+    out_shape = _window_output_shape(operands[0].shape, **window)
+    inexact = [is_inexact(x) for x in operands]
+    count = int(np.prod(out_shape, dtype=int))
+
+    def stacked_windows(x: Series, init: Series, w: bool):
+        # (window, order+1, count) for a series, (window, count) for an integer operand.
+        primal = _window_slices(x.primal, init.primal, out_shape, **window)
+        if not w:
+            return primal.reshape(-1, count)
+        rest = ks.pad_degree(x.coeffs, order)[1:]
+        higher = jax.vmap(lambda c: _window_slices(c, 0, out_shape, **window), out_axes=1)(rest)
+        return lax.concatenate([primal[:, None], higher], 1).reshape(
+            primal.shape[0], order + 1, count
+        )
+
+    def pair(*args):
+        a, b = args[:n_ops], args[n_ops:]
+        wrap = [Series(v) if w else Series.constant(v) for v, w in zip(a + b, inexact * 2)]
+        outs = eval_jaxpr_series(jaxpr, consts, wrap, order)
+        return [ks.pad_degree(o.coeffs, order) if w else o.primal for o, w in zip(outs, inexact)]
+
+    axes = [1 if w else 0 for w in inexact] * 2
+    combine = jax.vmap(pair, in_axes=axes, out_axes=axes[:n_ops])
+    windows = [stacked_windows(x, i, w) for x, i, w in zip(operands, inits, inexact)]
+    acc = []
+    for init, w in zip(inits, inexact):
+        row = jnp.broadcast_to(init.primal, (count,))
+        acc.append(ks.pad_degree(row[None], order) if w else row)
+    for element in range(windows[0].shape[0]):
+        acc = list(combine(*acc, *[v[element] for v in windows]))
+    return [
+        Series(v.reshape((order + 1,) + out_shape)) if w else Series.constant(v.reshape(out_shape))
+        for v, w in zip(acc, inexact)
+    ]
