@@ -263,3 +263,32 @@ def test_integer_boolean_and_random_primitives_carry_no_series():
     for order in ORDERS:
         actual = taylax.derivatives(lambda x: _program(x, _random_part(x)), order)(x, v)
         assert_series_close(actual, expected[: order + 1], context=f"order {order}")
+
+
+# --------------------------------------------------------------------------------------------
+# Gamma samples as functions of the shape parameter (implicit reparametrization).
+# --------------------------------------------------------------------------------------------
+
+_KEY = jax.random.key(3)
+
+
+def _gamma_samples(x):
+    return jax.random.gamma(_KEY, 1.5 + jnp.sin(x))
+
+
+def _loggamma_samples(x):
+    return jax.random.loggamma(_KEY, 0.7 + x * x)
+
+
+def test_gamma_sample_in_its_shape_parameter():
+    # Each order is one Taylor pass of JAX's sample derivative (loops inside): order 3 here,
+    # order 6 and log space in the slow run.
+    x, v = np.array([0.3, -0.8]), np.array([1.0, 0.5])
+    check_against_oracle(_gamma_samples, x, v, (3,), context="gamma")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn", [_gamma_samples, _loggamma_samples], ids=["gamma", "loggamma"])
+def test_gamma_samples_at_order_6(fn):
+    x, v = np.array([0.3, -0.8, 1.2]), np.array([1.0, 0.5, -0.7])
+    check_against_oracle(fn, x, v, (6,), context=fn.__name__)

@@ -303,3 +303,14 @@ def jitted_function(f):
 
 # `jax.ad_checkpoint.checkpoint_name` binds this identity primitive (taylax._rules._special).
 name_p = jex_prims.name_p
+
+# `jax.random.gamma` / `loggamma` bind this; its jvp is `da * gamma_sample_grad(x, a)`.
+random_gamma_p = jex_prims.random_gamma_p
+
+
+def gamma_sample_grad(sample, a, log_space: bool):
+    """JAX's derivative of a Gamma(a) sample with respect to `a` (implicit reparametrization)."""
+    # Private: the function random_gamma_p's jvp rule calls; JAX exports no public handle.
+    from jax._src.random.core import _gamma_grad
+
+    return _gamma_grad(sample, a, log_space=log_space)

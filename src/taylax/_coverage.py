@@ -56,8 +56,6 @@ NO_SERIES: dict[str, str] = {
 NOT_YET: dict[str, str] = {
     "ragged_all_to_all": "XLA:CPU cannot run it (so it is untested here) and JAX's batching "
     "rule rejects an added coefficient axis; not implemented",
-    "random_gamma": "its derivative in `a` is an implicit equation through an iterative "
-    "series (random_gamma_grad); not implemented",
 }
 
 

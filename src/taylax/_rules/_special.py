@@ -408,3 +408,26 @@ def _reduce_window(order, *xs, jaxpr, consts, **window):
         Series(v.reshape((order + 1,) + out_shape)) if w else Series.constant(v.reshape(out_shape))
         for v, w in zip(acc, inexact)
     ]
+
+
+@register_rule(_compat.random_gamma_p)
+def _random_gamma(order, key, a, *, log_space):
+    """A Gamma(a) sample as a function of `a`: `x' = G(x, a) a'`, solved coefficient by coefficient.
+
+    `G` is JAX's own implicit derivative of the sample (what its jvp rule multiplies `da`
+    by), so nested jvp differentiates the same equation. `x_m = [G(x, a) a']_{m-1} / m` needs
+    `x` only up to `m - 1`: one Taylor pass of `G` per order, so this program grows linearly
+    with the order (`G` has no closed-form series).
+    """
+    if not key.is_constant:
+        raise NotImplementedError("A PRNG key cannot carry a Taylor series.")
+    x0 = _compat.random_gamma_p.bind(key.primal, a.primal, log_space=log_space)
+    grad = jax.make_jaxpr(lambda x, a: _compat.gamma_sample_grad(x, a, log_space))(x0, a.primal)
+    a_coeffs = ks.pad_degree(a.coeffs, order).astype(x0.dtype)
+    da = ks.derivative_series(a_coeffs)  # (a')_j, degree order - 1
+    x = x0[None]
+    for m in range(1, order + 1):
+        (g,) = eval_jaxpr_series(grad.jaxpr, grad.consts, [Series(x), Series(a_coeffs[:m])], m - 1)
+        rate = ks.cauchy(ks.pad_degree(g.coeffs, m - 1), da[:m], m - 1)
+        x = lax.concatenate([x, rate[m - 1 :] / m], 0)
+    return Series(x)
