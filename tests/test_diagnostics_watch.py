@@ -176,3 +176,24 @@ def test_bad_budget_is_a_clear_error():
         taylax.watch(recompile_budget=-1)
     with pytest.raises(TypeError, match="watch\\(\\) decorates a function"):
         taylax.watch()(3)
+
+
+def test_taylax_internal_helpers_inside_a_users_function_are_not_reported():
+    # taylax.jacfwd in a jitted recursion jits one Taylor pass per (sub-program, order)
+    # while the user's function is lowered; those are part of its cost, and reporting them
+    # as re-created functions would send the user looking for a loop that is not there.
+    @jax.jit
+    def level2(t):
+        def level1(s):
+            return jnp.sin(s) * taylax.jacfwd(jnp.cos)(s)
+
+        return level1(t) + taylax.jacfwd(level1)(t)
+
+    with taylax.watch() as log:
+        level2(0.3)
+    names = {e.function for e in log.events}
+    assert any("level2" in name for name in names), names
+    assert not any("taylor" in name or "flat" in name or "_evaluate" in name for name in names), (
+        names
+    )
+    assert "new_function" not in {e.cause for e in log.events}

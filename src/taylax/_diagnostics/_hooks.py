@@ -28,6 +28,7 @@ from ._signature import (
     Signature,
     function_name_and_location,
     is_jax_internal,
+    is_taylax_internal,
     signature_from_call,
     signatures_from_jax_cache,
 )
@@ -162,7 +163,7 @@ def _wrap_infer_params(original):
         if not watchers:
             return original(fun, jit_info, args, kwargs)
         stack = _tls.stack
-        if is_jax_internal(fun):
+        if is_jax_internal(fun) or (stack and is_taylax_internal(fun)):
             stack.append(_IGNORE)
             try:
                 return original(fun, jit_info, args, kwargs)

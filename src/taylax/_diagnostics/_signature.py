@@ -121,16 +121,41 @@ def unwrap(fun) -> tuple[Any, str]:
     return base, "function"
 
 
-def is_jax_internal(fun) -> bool:
-    """Whether `fun` belongs to JAX itself (jnp functions, eagerly applied primitives)."""
-    if getattr(fun, "_apply_primitive", False):
-        return True
+def _module_of(fun) -> str:
     base = fun
     while isinstance(base, functools.partial):
         base = base.func
     base = getattr(base, "__func__", base)
-    module = getattr(base, "__module__", None) or ""
+    return getattr(base, "__module__", None) or ""
+
+
+def is_jax_internal(fun) -> bool:
+    """Whether `fun` belongs to JAX itself (jnp functions, eagerly applied primitives)."""
+    if getattr(fun, "_apply_primitive", False):
+        return True
+    module = _module_of(fun)
     return module == "jax" or module.startswith(("jax.", "jaxlib"))
+
+
+# taylax's own jitted helpers: one per (sub-program, order), each created once on purpose.
+_TAYLAX_INTERNAL = (
+    "taylax._api",
+    "taylax._derivative",
+    "taylax._interpret",
+    "taylax._optimize",
+    "taylax._rules",
+    "taylax._series",
+)
+
+
+def is_taylax_internal(fun) -> bool:
+    """Whether `fun` is one of taylax's internal jitted helpers.
+
+    Traced inside a user's function (while it is traced or lowered), they are part of that
+    function's cost, not separate events: reporting each as a `new_function` would suggest
+    the user re-creates them.
+    """
+    return _module_of(fun).startswith(_TAYLAX_INTERNAL)
 
 
 def function_name_and_location(fun) -> tuple[str, str, str]:
