@@ -1,13 +1,8 @@
 """Nested derivatives through a jitted user recursion: `taylax.jacfwd` vs `jax.jacfwd`.
 
-The users' recursion (issue 4; `taylax._recursion` has the code)::
-
-    @partial(jax.jit, static_argnames="k")
-    def my_func(t, k):
-        if k == 0:
-            return sx
-        X_km1 = lambda t: my_func(t, k - 1)
-        return 1j * commutator_herm(H(t), X_km1(t)) + jacfwd(X_km1, holomorphic=True)(t)
+The users' recursion of issue 4, `my_func(t, k) = 1j [H(t), my_func(t, k-1)] +
+jacfwd(my_func(., k-1))(t)` with `jax.jit(static k)` at every level (`taylax._recursion`
+has the code), written once with each contender's `jacfwd`.
 
 For every depth `k` each contender runs in a fresh Python process, so that the first call
 pays the whole trace + lower + compile, as a user's first call does; the equations are

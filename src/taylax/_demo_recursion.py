@@ -22,20 +22,25 @@ _LABELS = {"taylax": "taylax.jacfwd", "jax": "jax.jacfwd"}
 _STYLES = {"taylax": ("tab:green", "o"), "jax": ("tab:red", "^")}
 
 
-def measure_with_progress(
-    plan: list[tuple[str, int]], console: Any, timeout_s: float
-) -> list[dict[str, Any]]:
-    """Runs each (contender, k) of `plan` in a fresh process under a rich progress bar."""
+def demo_progress(console: Any):
+    """The demo's rich progress bar: description, bar, done/total, elapsed time."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    results = []
     columns = (
         "[progress.description]{task.description}",
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=console) as progress:
+    return Progress(*columns, console=console, transient=False)
+
+
+def measure_with_progress(
+    plan: list[tuple[str, int]], console: Any, timeout_s: float
+) -> list[dict[str, Any]]:
+    """Runs each (contender, k) of `plan` in a fresh process under a rich progress bar."""
+    results = []
+    with demo_progress(console) as progress:
         task = progress.add_task("starting", total=len(plan))
         for contender, k in plan:
             progress.update(task, description=f"{_LABELS[contender]}, k = {k}")

@@ -62,18 +62,10 @@ def _plan(args: argparse.Namespace) -> list[tuple[str, int]]:
 
 
 def _run_demo_measurements(args: argparse.Namespace, console: Any) -> list[dict[str, Any]]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     plan = _plan(args)
     results: list[dict[str, Any]] = []
     jet_left = args.jet_budget
-    columns = (
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as progress:
+    with _demo_recursion.demo_progress(console) as progress:
         task = progress.add_task("starting", total=len(plan))
         for contender, order in plan:
             progress.update(task, description=f"{_LABELS[contender]}, order {order}")

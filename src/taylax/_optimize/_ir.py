@@ -8,6 +8,7 @@ not a ``remat`` with ``prevent_cse`` (nor carries one).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -41,6 +42,7 @@ def is_keep_primitive(primitive) -> bool:
     return name in _KEEP_NAMES or name.startswith(_KEEP_PREFIXES) or "callback" in name
 
 
+@functools.cache
 def _program_type() -> type:
     """`taylax._derivative.Program`: the wrapper of a derivative's program (imported lazily)."""
     from .._derivative import Program

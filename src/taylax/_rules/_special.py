@@ -251,6 +251,32 @@ defconstant(lax.bitcast_convert_type_p)
 # --------------------------------------------------------------------------------------------
 
 
+def _check_constant_inits(inits, api: str) -> None:
+    if not all(i.is_constant for i in inits):
+        raise NotImplementedError(
+            f"taylax differentiates a general `{api}` only when its initial values do not "
+            "depend on the differentiated input (JAX's jvp has the same limit)."
+        )
+
+
+def _series_reducer(jaxpr, consts, inexact, order: int):
+    """A user's scalar reducer on scalar series, vmapped over one axis of every operand.
+
+    Series operands are stacked `(order+1, n)` (mapped over axis 1), integer ones `(n,)`
+    (axis 0); arguments are the left operands then the right ones, as the reducer takes them.
+    """
+    n_ops = len(inexact)
+
+    def pair(*args):
+        a, b = args[:n_ops], args[n_ops:]
+        wrap = [Series(v) if w else Series.constant(v) for v, w in zip(a + b, inexact * 2)]
+        outs = eval_jaxpr_series(jaxpr, consts, wrap, order)
+        return [ks.pad_degree(o.coeffs, order) if w else o.primal for o, w in zip(outs, inexact)]
+
+    axes = [1 if w else 0 for w in inexact] * 2
+    return jax.vmap(pair, in_axes=axes, out_axes=axes[:n_ops]), axes
+
+
 @register_rule(lax.reduce_p)
 def _reduce(order, *xs, computation, jaxpr, dimensions):
     """A tree of pairwise reductions, as JAX's jvp of `reduce` does it.
@@ -262,11 +288,7 @@ def _reduce(order, *xs, computation, jaxpr, dimensions):
     del computation
     n_ops = len(xs) // 2
     operands, inits = xs[:n_ops], xs[n_ops:]
-    if not all(i.is_constant for i in inits):
-        raise NotImplementedError(
-            "taylax differentiates a general `lax.reduce` only when its initial values do not "
-            "depend on the differentiated input (JAX's jvp has the same limit)."
-        )
+    _check_constant_inits(inits, "lax.reduce")
     inexact = [is_inexact(x) for x in operands]
     shape = operands[0].shape
     kept = [d for d in range(len(shape)) if d not in dimensions]
@@ -282,14 +304,7 @@ def _reduce(order, *xs, computation, jaxpr, dimensions):
         c = lax.transpose(ks.pad_degree(x.coeffs, order), (0,) + tuple(p + 1 for p in perm))
         return c.reshape(order + 1, size, width)
 
-    def pair(*args):
-        a, b = args[:n_ops], args[n_ops:]
-        wrap = [Series(v) if w else Series.constant(v) for v, w in zip(a + b, inexact * 2)]
-        outs = eval_jaxpr_series(jaxpr.jaxpr, jaxpr.consts, wrap, order)
-        return [ks.pad_degree(o.coeffs, order) if w else o.primal for o, w in zip(outs, inexact)]
-
-    axes = [1 if w else 0 for w in inexact] * 2
-    combine = jax.vmap(pair, in_axes=axes, out_axes=axes[:n_ops])
+    combine, axes = _series_reducer(jaxpr.jaxpr, jaxpr.consts, inexact, order)
 
     def init_rows(init: Series, w: bool, count: int):
         row = jnp.broadcast_to(init.primal, (1, count, width))
@@ -369,11 +384,7 @@ def _reduce_window(order, *xs, jaxpr, consts, **window):
     """
     n_ops = len(xs) // 2
     operands, inits = xs[:n_ops], xs[n_ops:]
-    if not all(i.is_constant for i in inits):
-        raise NotImplementedError(
-            "taylax differentiates a general `lax.reduce_window` only when its initial values "
-            "do not depend on the differentiated input (JAX's jvp has the same limit)."
-        )
+    _check_constant_inits(inits, "lax.reduce_window")
     out_shape = _window_output_shape(operands[0].shape, **window)
     inexact = [is_inexact(x) for x in operands]
     count = int(np.prod(out_shape, dtype=int))
@@ -389,14 +400,7 @@ def _reduce_window(order, *xs, jaxpr, consts, **window):
             primal.shape[0], order + 1, count
         )
 
-    def pair(*args):
-        a, b = args[:n_ops], args[n_ops:]
-        wrap = [Series(v) if w else Series.constant(v) for v, w in zip(a + b, inexact * 2)]
-        outs = eval_jaxpr_series(jaxpr, consts, wrap, order)
-        return [ks.pad_degree(o.coeffs, order) if w else o.primal for o, w in zip(outs, inexact)]
-
-    axes = [1 if w else 0 for w in inexact] * 2
-    combine = jax.vmap(pair, in_axes=axes, out_axes=axes[:n_ops])
+    combine, _ = _series_reducer(jaxpr, consts, inexact, order)
     windows = [stacked_windows(x, i, w) for x, i, w in zip(operands, inits, inexact)]
     acc = []
     for init, w in zip(inits, inexact):
