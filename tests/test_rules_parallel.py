@@ -253,3 +253,188 @@ def test_pmax_pmin_follow_the_winning_device(check_vma):
         actual = jax.jit(taylax.derivatives(f, order))(sx, sv)
         truncated = jax.tree.map(lambda a, order=order: a[: order + 1], expected)
         assert_series_close(jax.tree.map(np.asarray, actual), truncated, context=f"order {order}")
+
+
+# --------------------------------------------------------------------------------------------
+# ragged_all_to_all. XLA:CPU has no kernel for it ("HLO opcode `ragged-all-to-all` is not
+# supported by XLA:CPU ThunkEmitter") and JAX's vmap cannot run it over a named axis, so on a
+# CPU the program taylax emits is run by a small SPMD emulator: every shard_map body is
+# evaluated in lockstep for all 8 devices (one vmap per equation), with the collective done
+# by `_ragged_reference`, which follows the semantics in `jax.lax.ragged_all_to_all`'s
+# docstring. On a GPU the compiled program itself runs (`test_ragged_all_to_all_compiled`).
+# --------------------------------------------------------------------------------------------
+
+_ROWS = 24  # rows of operand and output per device
+
+
+def _ragged_plan():
+    """Ragged offsets and sizes, as (devices, devices) arrays: row `src` is what device
+    `src` passes. Device `src` sends `(src + dst) % 3` rows (0, 1 or 2) to device `dst`;
+    receivers leave a one-row gap between senders, so untouched buffer rows stay."""
+    send = np.array([[(s + d) % 3 for d in range(N)] for s in range(N)], np.int32)
+    input_offsets = np.zeros_like(send)
+    input_offsets[:, 1:] = np.cumsum(send, axis=1)[:, :-1]
+    output_offsets = np.zeros_like(send)  # [src, dst]: where src's rows land on dst
+    for dst in range(N):
+        at = 0
+        for src in range(N):
+            output_offsets[src, dst] = at
+            at += send[src, dst] + 1
+        assert at <= _ROWS
+    recv = send.T.copy()  # [dst, src]
+    return input_offsets, send, output_offsets, recv
+
+
+def _ragged_reference(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes):
+    """`ragged_all_to_all` over a leading device axis, for concrete offsets and sizes: which
+    operand row lands in each output row is worked out in NumPy, then one gather and select."""
+    plan = (input_offsets, send_sizes, output_offsets, recv_sizes)
+    io, ss, oo, rs = (np.asarray(a) for a in plan)
+    devices, slots = io.shape
+    per_device = slots // devices
+    rows = output.shape[1]
+    source = np.zeros((devices, rows, 2), np.int32)  # (src, row) feeding each output row
+    received = np.zeros((devices, rows), bool)
+    for src in range(devices):
+        for i in range(slots):
+            dst, n = i // per_device, ss[src, i]
+            assert rs[dst, src * per_device + i % per_device] == n, "inconsistent sizes"
+            at = slice(oo[src, i], oo[src, i] + n)
+            source[dst, at] = np.stack([np.full(n, src), io[src, i] + np.arange(n)], -1)
+            received[dst, at] = True
+    moved = operand[source[..., 0], source[..., 1]]
+    return jnp.where(received.reshape(*received.shape, *[1] * (output.ndim - 2)), moved, output)
+
+
+def _ragged_sources(x, variant):
+    """Operand and output buffer per device, as functions of the per-device rows of `x`."""
+    operand = jnp.ones_like(x) if variant == "constant operand" else jnp.sin(x) * x
+    buffer = jnp.zeros_like(x) if variant == "zero buffer" else jnp.cos(x) + 2
+    return operand, buffer
+
+
+def _ragged_sharded(mesh, variant):
+    def body(x, io, ss, oo, rs):
+        operand, buffer = _ragged_sources(x, variant)
+        moved = lax.ragged_all_to_all(operand, buffer, io[0], ss[0], oo[0], rs[0], axis_name="b")
+        return moved * jnp.exp(moved)
+
+    f = jax.shard_map(body, mesh=mesh, in_specs=(P("b"),) * 5, out_specs=P("b"), check_vma=False)
+    plan = _ragged_plan()
+    return lambda x: f(x, *plan)
+
+
+def _ragged_unsharded(variant):
+    plan = _ragged_plan()
+
+    def f(x):
+        per_device = x.reshape(N, _ROWS, *x.shape[1:])
+        moved = _ragged_reference(*_ragged_sources(per_device, variant), *plan)
+        return (moved * jnp.exp(moved)).reshape(x.shape)
+
+    return f
+
+
+def _split(x, spec):
+    """Per-device blocks of `x` stacked on a new leading axis (replicated dims broadcast)."""
+    for dim, name in enumerate(spec):
+        if name is not None:
+            assert name == "b", spec
+            blocks = x.reshape(*x.shape[:dim], N, -1, *x.shape[dim + 1 :])
+            return jnp.moveaxis(blocks, dim, 0)
+    return jnp.broadcast_to(x, (N, *x.shape))
+
+
+def _join(stacked, spec):
+    for dim, name in enumerate(spec):
+        if name is not None:
+            blocks = jnp.moveaxis(stacked, 0, dim)
+            return blocks.reshape(*blocks.shape[:dim], -1, *blocks.shape[dim + 2 :])
+    return stacked[0]
+
+
+def _sub_jaxpr(eqn):
+    closed = eqn.params.get("jaxpr")
+    return closed if eqn.primitive.name in ("jit", "pjit", "closed_call") else None
+
+
+def _read(env, var, lockstep=False):
+    if isinstance(var, jax.extend.core.Literal):
+        return jnp.broadcast_to(var.val, (N, *np.shape(var.val))) if lockstep else var.val
+    return env[var]
+
+
+def _emulate(jaxpr, consts, args, lockstep=False):
+    """Evaluate `jaxpr`; inside a shard_map body (`lockstep`) every value carries a leading
+    device axis and each equation runs under vmap, except the collective."""
+    env = dict(zip(jaxpr.constvars, consts)) | dict(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        ins = [_read(env, v, lockstep) for v in eqn.invars]
+        name, sub = eqn.primitive.name, _sub_jaxpr(eqn)
+        if sub is not None:
+            consts_in = [jnp.broadcast_to(c, (N, *np.shape(c))) for c in sub.consts]
+            outs = _emulate(sub.jaxpr, consts_in if lockstep else sub.consts, ins, lockstep)
+        elif name == "shard_map":
+            p = eqn.params
+            body_ins = [_split(a, s) for a, s in zip(ins, p["in_specs"])]
+            body_outs = _emulate(p["jaxpr"], (), body_ins, lockstep=True)
+            outs = [_join(o, s) for o, s in zip(body_outs, p["out_specs"])]
+        elif name == "ragged_all_to_all":
+            outs = [_ragged_reference(*ins)]
+        else:
+            assert not (lockstep and name.startswith(("psum", "all_", "ppermute"))), name
+            bind = functools.partial(eqn.primitive.bind, **eqn.params)
+            outs = jax.vmap(bind)(*ins) if lockstep else bind(*ins)
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        env.update(zip(eqn.outvars, outs))
+    return [_read(env, v, lockstep) for v in jaxpr.outvars]
+
+
+_RAGGED_CASES = [
+    ("float64", "series on both"),
+    ("complex128", "series on both"),
+    ("float64", "zero buffer"),
+    ("float64", "constant operand"),
+]
+
+
+def _ragged_inputs(dtype):
+    x = seeded_rng("ragged").normal(size=(N * _ROWS, 3)).astype(dtype)
+    if dtype == "complex128":
+        x = x + 0.3j * seeded_rng("ragged-im").normal(size=x.shape)
+    return x, direction("ragged", x.shape, dtype)
+
+
+@pytest.mark.parametrize("dtype, variant", _RAGGED_CASES)
+def test_ragged_all_to_all_emulated(dtype, variant):
+    mesh = _mesh("auto")
+    x, v = _ragged_inputs(dtype)
+    expected = jax.tree.map(np.asarray, _nested_jvp(_ragged_unsharded(variant), ORDER)(x, v))
+    # The emulator runs op by op (seconds per program): order 1 (truncation) only once.
+    orders = (1, ORDER) if (dtype, variant) == _RAGGED_CASES[0] else (ORDER,)
+    for order in orders:
+        closed = jax.make_jaxpr(taylax.derivatives(_ragged_sharded(mesh, variant), order))(x, v)
+        assert "ragged_all_to_all" in str(closed), "the collective must be in taylax's program"
+        (actual,) = _emulate(closed.jaxpr, closed.consts, [x, v])
+        assert_series_close(
+            np.asarray(actual), expected[: order + 1], context=f"{variant} {dtype} order {order}"
+        )
+
+
+def test_ragged_all_to_all_moves_every_coefficient_in_one_collective():
+    jaxpr = str(
+        jax.make_jaxpr(taylax.derivatives(_ragged_sharded(_mesh("auto"), "series on both"), 6))(
+            *_ragged_inputs("float64")
+        )
+    )
+    assert jaxpr.count("ragged_all_to_all") == 1  # primal and coefficients move together
+
+
+@pytest.mark.skipif(jax.default_backend() == "cpu", reason="XLA:CPU cannot run ragged_all_to_all")
+def test_ragged_all_to_all_compiled():
+    mesh = _mesh("auto")
+    x, v = _ragged_inputs("float64")
+    f = _ragged_sharded(mesh, "series on both")
+    expected = _nested_jvp(_ragged_unsharded("series on both"), ORDER)(x, v)
+    actual = jax.jit(taylax.derivatives(f, ORDER))(_sharded(mesh, x), _sharded(mesh, v))
+    assert_series_close(np.asarray(actual), np.asarray(expected), context="compiled")

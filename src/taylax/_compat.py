@@ -171,6 +171,7 @@ pmin_p = lax.pmin_p
 ppermute_p = lax.ppermute_p
 all_gather_p = lax.all_gather_p
 all_to_all_p = lax.all_to_all_p
+ragged_all_to_all_p = lax.ragged_all_to_all_p
 # Private: `pvary` marks a value as varying over manual axes (inserted by JAX under
 # check_vma); a no-op on values.
 from jax._src.core import pvary_p as pvary_p  # noqa: E402

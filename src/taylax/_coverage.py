@@ -53,10 +53,7 @@ NO_SERIES: dict[str, str] = {
 }  # fmt: skip
 
 # Primitives that could carry a series but have no rule yet, with what is missing.
-NOT_YET: dict[str, str] = {
-    "ragged_all_to_all": "XLA:CPU cannot run it (so it is untested here) and JAX's batching "
-    "rule rejects an added coefficient axis; not implemented",
-}
+NOT_YET: dict[str, str] = {}
 
 
 def coverage() -> dict[str, str]:
@@ -110,8 +107,13 @@ def primitive_coverage_markdown() -> str:
         + ".",
         "",
         f"**Not yet supported ({len(todo)}):** "
-        + ", ".join(f"`{n}` ({NOT_YET[n]})" if n in NOT_YET else f"`{n}`" for n in todo)
-        + ". Using one of these on a value that depends on the input raises "
-        "`NotImplementedError` naming it; `taylax.register_rule` adds a rule.",
+        + (
+            ", ".join(f"`{n}` ({NOT_YET[n]})" if n in NOT_YET else f"`{n}`" for n in todo) + "."
+            if todo
+            else "none: every `jax.lax` primitive that can carry a series has a rule."
+        )
+        + " A primitive without a rule (for example one that a newer JAX or another library "
+        "adds) raises `NotImplementedError` naming it when it meets a value that depends on the "
+        "input; `taylax.register_rule` adds a rule.",
     ]
     return "\n".join(lines)

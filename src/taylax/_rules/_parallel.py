@@ -8,6 +8,8 @@ values stay where they are, so a sharded program stays sharded.
 
 * psum, ppermute, all_gather, all_to_all, reduce_scatter, pvary, pbroadcast:
   linear, bound once on the stacked coefficients;
+* ragged_all_to_all: linear row by row along the leading axis, so the
+  coefficient axis rides second and one collective moves every coefficient;
 * pmax, pmin: by the primal, like `reduce_max`: the coefficients of the
   winning devices (averaged over ties);
 * shard_map: its body is interpreted per shard on series of the per-shard
@@ -17,12 +19,13 @@ values stay where they are, so a sharded program stays sharded.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 from jax.sharding import NamedSharding
 
 from .. import _compat
 from .._interpret import eval_jaxpr_series, register_rule
-from .._series import Series, with_primal
+from .._series import Series, pad_degree, with_primal
 
 
 def _lead(spec):
@@ -65,6 +68,22 @@ _on_coeffs(_compat.all_gather_p, all_gather_dimension=1)
 _on_coeffs(_compat.all_gather_invariant_p, all_gather_dimension=1)
 _on_coeffs(_compat.all_to_all_p, split_axis=1, concat_axis=1)
 _on_coeffs(_compat.reduce_scatter_p, scatter_dimension=1)
+
+
+@register_rule(_compat.ragged_all_to_all_p)
+def _ragged_all_to_all(order, operand, output, *offsets_and_sizes, **params):
+    """Rows `operand[o:o+n]` land in `output[o':o'+n]` on another device: linear in
+    `(operand, output)` and blind to everything after the leading axis. So the stacked
+    coefficients move as one array with the coefficient axis second (JAX's own batching
+    rule would need offsets rebased per coefficient, and rejects unbatched offsets).
+    Offsets and sizes are integers and carry no series."""
+    del order
+    degree = max(operand.degree, output.degree)
+    rows_first = [jnp.moveaxis(pad_degree(x.coeffs, degree), 0, 1) for x in (operand, output)]
+    moved = _compat.ragged_all_to_all_p.bind(
+        *rows_first, *(x.primal for x in offsets_and_sizes), **params
+    )
+    return Series(jnp.moveaxis(moved, 1, 0))
 
 
 def _device_chooser(prim):
