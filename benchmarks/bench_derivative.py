@@ -102,7 +102,8 @@ def headline(payload: dict[str, Any]) -> list[str]:
         f"- k = 0..{sequence.get('k', '?')} called in sequence in one process: "
         f"{format_time(sequence.get('sequence_total_s'))} in all, vs "
         f"{format_time(sequence.get('alone_s'))} for k = {sequence.get('k', '?')} alone "
-        f"({sequence.get('ratio', math.nan):.2f}x).",
+        f"({sequence.get('ratio', math.nan):.2f}x); the last call of the sequence (k = "
+        f"{sequence.get('k', '?')}) took {format_time(sequence.get('last_s'))}.",
     ]
     return lines
 

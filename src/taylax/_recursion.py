@@ -131,12 +131,24 @@ def measure(
 
 
 def measure_sequence(k: int, contender: str = "taylax", timeout_s: float = 300.0) -> dict:
-    """Total first-call time of `k = 0..k` called in sequence in one process vs `k` alone."""
+    """Total first-call time of `k = 0..k` called in sequence in one process vs `k` alone.
+
+    Also the last call of the sequence on its own (`last_s`): after `0..k-1`, the call
+    at `k` finds every lower level traced and cached, so it should cost at most what `k`
+    alone costs; the rest of the total is each lower `k`'s own compile.
+    """
     sequence = _run(contender, list(range(k + 1)), timeout_s, count=False)
     alone = _run(contender, [k], timeout_s, count=False)
     total = sum(r.get("first_call_s", math.nan) for r in sequence)
     single = alone[0].get("first_call_s", math.nan) if alone else math.nan
-    return {"k": k, "sequence_total_s": total, "alone_s": single, "ratio": total / single}
+    last = sequence[-1].get("first_call_s", math.nan) if sequence else math.nan
+    return {
+        "k": k,
+        "sequence_total_s": total,
+        "alone_s": single,
+        "last_s": last,
+        "ratio": total / single,
+    }
 
 
 def max_relative_difference(a: dict[str, Any], b: dict[str, Any]) -> float:
