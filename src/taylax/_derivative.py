@@ -214,12 +214,12 @@ def _shifted(a: Series, n: int, order: int):
     if n > a.degree:
         return None
     coeffs = pad_degree(a.coeffs, n + order)
-    m = np.arange(order + 1)
-    ratio = np.array([math.perm(n + k, n) for k in m], dtype=np.float64)  # (n+m)!/m!
     if n == 0:
         # No shift: a slice, which XLA does not copy. (The identity as a product would
         # cost a dot kernel per level, about a quarter of a jitted recursion's compile.)
         return coeffs
+    m = np.arange(order + 1)
+    ratio = np.array([math.perm(n + k, n) for k in m], dtype=np.float64)  # (n+m)!/m!
     if coeffs[0].size <= _SHIFT_BY_PRODUCT_SIZE:
         # As a product with a constant (order+1, n+order+1) matrix: XLA materializes a dot
         # instead of fusing the shift, so a chain of nested derivatives (each level a
