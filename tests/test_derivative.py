@@ -5,6 +5,7 @@ The collapse itself is checked with deterministic equation counts of the emitted
 
 from __future__ import annotations
 
+import gc
 from functools import partial
 
 import jax
@@ -204,6 +205,18 @@ def test_nested_derivative_under_vmap_collapses():
 def test_jit_of_derivative():
     out = jax.jit(taylax.derivative(_scalar_f, 6))(1.1)
     np.testing.assert_allclose(out, taylax.derivatives(_scalar_f, 6)(1.1)[6], rtol=1e-13)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_lowering_restores_the_garbage_collector(enabled):
+    # Lowering pauses Python's cyclic collector; it must come back as the user left it.
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        jax.jit(taylax.derivative(lambda t: jnp.sin(t) * t**2, 3)).lower(0.7)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 def test_jvp_of_derivative():
