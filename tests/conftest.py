@@ -27,12 +27,16 @@ jax.config.update("jax_enable_x64", True)
 
 # Every example traces and compiles new programs (the nested-jvp oracle and taylax), so
 # hypothesis' per-example deadline is meaningless; keep the number of examples modest so the
-# whole suite stays fast. `HYPOTHESIS_PROFILE=thorough pytest ...` explores more.
-for _name, _examples in (("taylax", 12), ("thorough", 200)):
+# whole suite stays fast. The default profile is derandomized: `make test` runs the same
+# examples every time, so CI cannot turn red on a commit that did not cause it (a random seed
+# once found a bug in a test's own program generator on an unrelated change).
+# `HYPOTHESIS_PROFILE=thorough pytest ...` explores 200 fresh random examples per test.
+for _name, _examples, _derandomize in (("taylax", 12, True), ("thorough", 200, False)):
     settings.register_profile(
         _name,
         deadline=None,
         max_examples=_examples,
+        derandomize=_derandomize,
         suppress_health_check=[HealthCheck.too_slow],
         print_blob=True,
     )

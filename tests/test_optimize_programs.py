@@ -58,8 +58,9 @@ OPS = {
     "cond": lambda a, b: lax.cond(
         jnp.sum(a) > 0.0, lambda u, v: u * v * 1.0, lambda u, v: u + v + 0.0, a, b
     ),
+    # Scans over the N entries of b; each step emits a scalar, so the result has shape (N,).
     "scan": lambda a, b: lax.scan(
-        lambda c, s: (0.5 * c + jnp.sin(s) * 1.0, c * s + jnp.sin(s)), a, b
+        lambda c, s: (0.5 * c + jnp.sin(s) * 1.0, c[0] * s + jnp.sin(s)), a, b
     )[1],
     "while": lambda a, b: lax.fori_loop(0, 3, lambda i, c: 0.9 * c + jnp.sin(c) * 1.0, a),
     "remat": lambda a, b: jax.checkpoint(lambda u: jnp.sin(u) * 1.0 + jnp.sin(u))(a),
@@ -160,6 +161,13 @@ def check_passes(closed, args) -> None:
 def _inputs(seed: int):
     rng = np.random.default_rng(seed)
     return [rng.uniform(-2.0, 2.0, N), rng.uniform(-2.0, 2.0, N)]
+
+
+def test_every_operation_returns_shape_n():
+    # The generator's contract: any step may feed any other, so every result has shape (N,).
+    x = jax.ShapeDtypeStruct((N,), np.float64)
+    shapes = {name: jax.eval_shape(op, x, x).shape for name, op in OPS.items()}
+    assert shapes == dict.fromkeys(OPS, (N,))
 
 
 @settings(max_examples=8)
