@@ -28,6 +28,71 @@ def test_a_command_is_required(capsys):
     assert exit_info.value.code == 2
 
 
+def test_version(capsys):
+    import taylax
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"taylax {taylax.__version__}"
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--timeout", "-1"),
+        ("--timeout", "0"),
+        ("--timeout", "nan"),
+        ("--jet-budget", "-5"),
+        ("--nested-max-order", "-1"),
+        ("--points", "0"),
+        ("--repeats", "0"),
+        ("--recursion-ks", "0,1"),
+    ],
+)
+def test_demo_rejects_bad_numbers_naming_the_flag(capsys, flag, value):
+    # Parse only: were a value accepted, the test must not run the demo.
+    with pytest.raises(SystemExit) as exit_info:
+        cli._build_parser().parse_args(["demo", flag, value])
+    assert exit_info.value.code == 2
+    assert f"argument {flag}:" in capsys.readouterr().err
+
+
+def test_demo_quick_and_full_are_exclusive(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["demo", "--quick", "--full"])
+    assert exit_info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_default_demo_is_small_and_full_keeps_the_sweeps():
+    # The default must finish in about a minute on 2 cores: every fresh process costs
+    # about a second before it measures anything, so keep their number small.
+    default, full = cli._SIZES["default"], cli._SIZES["full"]
+    first_calls = sum(1 + (k <= default["nested_max_order"]) + 1 for k in default["orders"])
+    processes = first_calls + 3 + len(default["recursion_ks"]) + len(default["jacfwd_ks"])
+    assert processes <= 20
+    assert default["points"] == 65_536 and default["batch_orders"] == (4, 8)
+    assert max(full["orders"]) == 100 and max(full["recursion_ks"]) == 30
+
+
+def test_primitives_write_readme_without_a_readme_is_a_clear_error(tmp_path, capsys):
+    missing = tmp_path / "README.md"
+    assert cli.main(["primitives", "--write-readme", str(missing)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"cannot read --write-readme {str(missing)!r}" in err
+    assert "Run it from the repository root" in err
+
+
+def test_primitives_write_readme_without_markers_says_where(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    assert cli.main(["primitives", "--write-readme", str(readme)]) == 1
+    assert "markers to write the list between" in capsys.readouterr().err
+    assert readme.read_text() == "# no markers\n"
+
+
 def test_bench_rejects_unknown_contender(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["bench", "--contenders", "taylax,finite_differences"])
@@ -55,6 +120,8 @@ def test_demo_quick_writes_png(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "taylax/jet" in proc.stdout
+    # The steady state on a batch: jax.jit(jax.vmap(...)) of every contender.
+    assert "steady state: jax.jit(jax.vmap(...)) over N = 1,024 points" in proc.stdout
     # The jitted-recursion part: its own table and plot.
     recursion_png = out.with_name("demo_recursion.png")
     assert recursion_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -388,3 +388,27 @@ def test_integer_output_raises():
 def test_jacfwd_has_aux_requires_a_pair():
     with pytest.raises(TypeError, match="pair"):
         taylax.jacfwd(jnp.sin, has_aux=True)(0.5)
+
+
+@pytest.mark.parametrize("argnums", [-1, np.int64(1), (0, -1), (np.int64(0),)])
+def test_jacfwd_negative_and_numpy_argnums_match_jax(argnums):
+    def f(x, y, scale=1.0, shift=0.0):
+        return scale * jnp.sin(x * y) + shift
+
+    expected = jax.jacfwd(f, argnums)(0.5, 2.0)
+    actual = taylax.jacfwd(f, argnums)(0.5, 2.0)
+    assert jax.tree.structure(actual) == jax.tree.structure(expected)
+    for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(a, e, rtol=1e-15)
+
+
+def test_jacfwd_empty_argnums_raises_naming_it():
+    with pytest.raises(ValueError, match="`argnums`.*empty"):
+        taylax.jacfwd(jnp.sin, argnums=())
+
+
+def test_jacfwd_has_aux_accepts_a_list_pair():
+    jac, aux = taylax.jacfwd(lambda x: [jnp.sin(x), x**2], has_aux=True)(0.5)
+    ref_jac, ref_aux = jax.jacfwd(lambda x: [jnp.sin(x), x**2], has_aux=True)(0.5)
+    np.testing.assert_allclose(jac, ref_jac, rtol=1e-15)
+    np.testing.assert_allclose(aux, ref_aux, rtol=1e-15)

@@ -236,3 +236,93 @@ def test_first_top_level_compile_after_nested_traces_is_first_call():
         inner(jnp.ones(2))  # trace reused; compiled on its own for the first time
     (event,) = [e for e in log.compiles(inner)]
     assert event.cause == "first_call" and "first compile of" in event.detail
+
+
+def _needs_devices(n):
+    if len(jax.devices()) < n:
+        pytest.skip(f"needs {n} devices (tests/conftest.py sets 8 virtual CPU devices)")
+
+
+def test_placement_change_after_a_call_before_watching_is_committed():
+    # The first call came before watch(): JAX's lowering cache still holds its placement.
+    _needs_devices(2)
+    f = jax.jit(lambda x: x * 5)
+    f(jnp.ones(4))  # uncommitted, before recording
+    with taylax.watch() as log:
+        f(jax.device_put(jnp.ones(4), jax.devices()[1]))
+    assert [e.phase for e in log.events] == ["lower", "compile"]
+    (event,) = _compiles(log)
+    assert event.cause == "committed", event.detail
+    assert "`x`" in event.detail and "uncommitted" in event.detail
+    assert "committed to device" in event.detail
+
+
+def test_sharding_change_after_a_call_before_watching_names_both_specs():
+    _needs_devices(8)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("d",))  # Auto axes: same trace
+    f = jax.jit(lambda x: x + 5)
+    f(jax.device_put(jnp.ones(8), NamedSharding(mesh, PartitionSpec())))
+    with taylax.watch() as log:
+        f(jax.device_put(jnp.ones(8), NamedSharding(mesh, PartitionSpec("d"))))
+    (event,) = _compiles(log)
+    assert event.cause == "sharding", event.detail
+    assert "spec P()) -> " in event.detail and "spec P('d',)" in event.detail
+
+
+def test_sharding_in_the_type_names_the_new_spec_compactly():
+    _needs_devices(8)
+    mesh = jax.make_mesh((8,), ("d",), axis_types=(jax.sharding.AxisType.Explicit,))
+    f = jax.jit(lambda x: x - 5)
+    f(jax.device_put(jnp.ones((8, 2)), NamedSharding(mesh, PartitionSpec(None))))
+    with taylax.watch() as log:
+        f(jax.device_put(jnp.ones((8, 2)), NamedSharding(mesh, PartitionSpec("d"))))
+    (event,) = _compiles(log)
+    assert event.cause == "sharding", event.detail
+    old, new = event.detail.split(" -> ", 1)
+    assert "P('d'" in new and "P('d'" not in old
+    assert "AbstractMesh(" not in event.detail  # the mesh as its shape, not its repr
+
+
+class _Module:
+    """Like an equinox Module: static fields in the aux data, as (names, values) tuples."""
+
+    def __init__(self, w, activation):
+        self.w, self.activation = w, activation
+
+
+jax.tree_util.register_pytree_node(
+    _Module,
+    lambda m: ((m.w,), (("w",), ("activation",), (m.activation,))),
+    lambda aux, children: _Module(children[0], aux[2][0]),
+)
+
+
+def test_static_field_change_in_aux_data_tuples_names_the_field():
+    f = jax.jit(lambda m, x: m.activation(m.w * x))
+    with taylax.watch() as log:
+        f(_Module(jnp.ones(2), jnp.tanh), 1.0)
+        f(_Module(jnp.ones(2), jnp.sin), 1.0)
+    event = _only_recompile(log)
+    assert event.cause == "pytree_aux_data"
+    assert "changed at `.activation`: function `tanh`" in event.detail
+    assert "-> function `sin`" in event.detail
+    assert "a `tuple` object" not in event.detail
+
+
+@dataclasses.dataclass(frozen=True)
+class _StaticPart:
+    """What equinox's filter_jit passes as one static argument: the non-array leaves."""
+
+    w: object
+    activation: object
+
+
+def test_filter_jit_style_static_argument_change_names_the_field():
+    f = jax.jit(lambda x, static: static[0].activation(x), static_argnums=1)
+    with taylax.watch() as log:
+        f(1.0, (_StaticPart(None, jnp.tanh), None))
+        f(1.0, (_StaticPart(None, jnp.cos), None))
+    event = _only_recompile(log)
+    assert event.cause == "static_argument"
+    assert "static argument `static` changed at `[0].activation`: function `tanh`" in (event.detail)
+    assert "a `tuple` object" not in event.detail

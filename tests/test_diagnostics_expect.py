@@ -96,3 +96,31 @@ def test_pytest_fixture_and_marker(pytester, monkeypatch):
     result.stdout.fnmatch_lines(
         ["FAILED test_inner.py::test_fixture_fails*", "FAILED test_inner.py::test_marker_fails*"]
     )
+
+
+def _cubic(x):
+    return jnp.sin(x) * x**3
+
+
+def test_eager_taylax_calls_are_blamed_on_the_users_function():
+    # taylax's own jitted programs compile for the user's function: name that function.
+    with pytest.raises(taylax.CompileBudgetExceeded) as info:
+        with taylax.expect_compiles(max=0):
+            taylax.derivatives(_cubic, 3)(0.3)
+            taylax.derivative(_cubic, 2)(0.4)
+    message = str(info.value)
+    assert "`_cubic` (tests/test_diagnostics_expect.py:" in message
+    assert "_api.py" not in message and "_derivative.py" not in message
+    assert "_derivatives_impl" not in message and "_evaluate" not in message
+    with taylax.expect_compiles(max=1, function=_cubic) as log:
+        taylax.derivatives(_cubic, 3)(jnp.ones(2), jnp.ones(2))
+    assert {e.function for e in log.events} == {"_cubic"}
+
+
+def test_a_function_name_never_seen_is_a_clear_error():
+    _double(jnp.ones(9))  # compiled before: known to JAX's cache, served by C++ below
+    with taylax.expect_compiles(max=0, function="_double"):
+        _double(jnp.ones(9))
+    with pytest.raises(ValueError, match=r"function='_dubble'\): no jitted function named"):
+        with taylax.expect_compiles(max=0, function="_dubble"):
+            _double(jnp.ones(9))

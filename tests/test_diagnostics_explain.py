@@ -66,3 +66,36 @@ def test_explain_passes_on_the_exit_status(tmp_path, capsys):
 def test_explain_missing_script_is_a_clear_error(tmp_path, capsys):
     assert cli.main(["explain", str(tmp_path / "nope.py")]) == 2
     assert "is not a file; pass the path of a Python script" in capsys.readouterr().err
+
+
+def test_explain_prints_a_sys_exit_message_as_python_does(tmp_path, capsys):
+    # `sys.exit("message")`: Python prints the message to stderr and exits with status 1.
+    script = _script(tmp_path, "import sys\nsys.exit('the config file is missing')\n")
+    assert cli.main(["explain", str(script)]) == 1
+    captured = capsys.readouterr()
+    assert "the config file is missing" in captured.err
+    assert "jit compile log: 0 compile(s)" in captured.out
+
+
+@pytest.mark.parametrize("exit_code, status", [(3, 3), (0, 1)])
+def test_explain_unwritable_json_is_one_line_and_keeps_the_status(
+    tmp_path, capsys, exit_code, status
+):
+    script = _script(tmp_path, f"import sys\nsys.exit({exit_code})\n")
+    target = tmp_path / "no" / "dir" / "x.json"
+    assert cli.main(["explain", "--json", str(target), str(script)]) == status
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("taylax explain: could not write the JSON log to --json")
+    assert "pass a path in an existing, writable folder" in line
+
+
+@pytest.mark.parametrize("flag, value", [("--budget", "-3"), ("--width", "0"), ("--width", "wide")])
+def test_explain_rejects_bad_budget_and_width(tmp_path, capsys, flag, value):
+    script = _script(tmp_path, "print('never runs')\n")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["explain", flag, value, str(script)])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert f"argument {flag}:" in captured.err and "never runs" not in captured.out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import jax
@@ -10,9 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _rules  # noqa: F401  (registers the built-in rules)
+from . import (
+    _compat,
+    _rules,  # noqa: F401  (registers the built-in rules)
+)
+from ._derivative import ProgramCache, closed_key, const_value_key, make_jaxpr
 from ._interpret import eval_jaxpr_series
-from ._series import Series, factorials, pad_degree
+from ._series import Series, factorials, pad_degree, unit_seed
 
 
 def check_order(order, name: str = "order") -> int:
@@ -37,8 +40,9 @@ def _check_inexact(leaves, what: str) -> None:
             )
 
 
-def _flat_jaxpr(fun: Callable, args: tuple, kind: str):
-    """Trace `fun(*args)` to a closed jaxpr over flat leaves; return it and the output tree."""
+def _trace(fun: Callable, args: tuple, api: str):
+    """Trace `fun(*args)` to a closed jaxpr over the flat leaves of `args`; return it and the
+    output tree."""
     flat_args, in_tree = jax.tree.flatten(args)
     out_tree_box = []
 
@@ -48,59 +52,115 @@ def _flat_jaxpr(fun: Callable, args: tuple, kind: str):
         out_tree_box.append(out_tree)
         return out_leaves
 
-    closed = jax.make_jaxpr(flat_fun)(*flat_args)
-    return closed, flat_args, out_tree_box[0]
+    closed = make_jaxpr(flat_fun, api, *flat_args)
+    return closed, out_tree_box[0]
 
 
-def run_series(fun: Callable, args: tuple, in_series: list, order: int):
-    """Evaluate `fun(*args)` with stacked input series (one per leaf) at `order`.
+# Compiled Taylor programs of eager calls. Every call traces `fun` again (so a changed
+# global or mutated object is seen), then reuses the program compiled for a jaxpr of the
+# same structure; the jaxpr's array constants are arguments of that program, and scalar
+# ones are part of the key, so no changed value is ever served from a stale program.
+_PROGRAMS = ProgramCache()
 
-    Returns the output tree and a list of output `Series`.
+
+def _cached_program(closed, static: tuple, fun: Callable, make: Callable):
+    """The jitted `make(jaxpr)` for `closed`, cached by structure, and its const arguments.
+
+    Returns `(program, consts)`: call `program(consts, *inputs)`. Scalar constants are
+    baked into the program and keyed by value, like Python numbers (which are literals),
+    so rules still see them as concrete (an integer exponent, say); larger ones are
+    arguments, so a new closed-over array reuses the program.
     """
-    closed, _, out_tree = _flat_jaxpr(fun, args, "fun")
-    outs = eval_jaxpr_series(closed.jaxpr, closed.consts, in_series, order)
-    return out_tree, outs
+    consts = list(closed.consts)
+    baked = {i: c for i, c in enumerate(consts) if np.ndim(c) == 0 and not _compat.is_tracer(c)}
+    key = closed_key(closed)
+    if key is not None:
+        key = (static, key, tuple((i, const_value_key(c)) for i, c in baked.items()))
+
+    def build():
+        inner = make(closed.jaxpr)
+
+        def program(passed, *inputs):
+            rest = iter(passed)
+            return inner(
+                [baked[i] if i in baked else next(rest) for i in range(len(consts))], *inputs
+            )
+
+        # Named after the user's function, so that compile logs and diagnostics show it.
+        name = getattr(fun, "__name__", type(fun).__name__)
+        program.__name__ = program.__qualname__ = f"{static[0]}_{name}"
+        return jax.jit(program)
+
+    passed = [c for i, c in enumerate(consts) if i not in baked]
+    return _PROGRAMS.get(key, build), passed
 
 
-def _seeds(primals, directions, order: int) -> list[Series]:
+def _output(o: Series, aval, order: int):
+    """(primal, coefficients 1..order) of an output series, shaped and typed like `aval`.
+
+    A constant output (a Python number, an integer or boolean value) has zero coefficients
+    of its own dtype: its derivatives are zero, as `jax.jacfwd` gives for integer outputs.
+    """
+    primal = jnp.broadcast_to(jnp.asarray(o.primal, aval.dtype), aval.shape)
+    if o.is_constant or not jnp.issubdtype(aval.dtype, jnp.inexact):
+        return primal, jnp.zeros((order, *aval.shape), aval.dtype)
+    return primal, pad_degree(o.coeffs, order)[1:]
+
+
+def _seeds(primals, directions, order: int, unit: bool = False) -> list[Series]:
+    """Input series `x + s v`; with `unit`, the direction is exactly 1 (the default one),
+    marked so that closed forms along the line need no powers of it."""
     if order == 0:
         return [Series.constant(p) for p in primals]
+    if unit:
+        return [Series(unit_seed(jnp.asarray(p))) for p in primals]
     return [Series(jnp.stack([p, jnp.asarray(v, p.dtype)])) for p, v in zip(primals, directions)]
 
 
-def _full_coeffs(s: Series, order: int):
-    return pad_degree(s.coeffs, order)
+def _taylor_program(order: int, unit: bool = False):
+    def make(jaxpr):
+        def program(consts, x_leaves, v_leaves):
+            seeds = _seeds(x_leaves, v_leaves, order, unit)
+            outs = eval_jaxpr_series(jaxpr, consts, seeds, order)
+            pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
+            return [p for p, _ in pairs], [c for _, c in pairs]
+
+        return program
+
+    return make
 
 
-def _jit_on_fun(impl):
-    """`jax.jit(impl)` with the user function and the order static, falling back to a plain
-    call when the function is not hashable (jit caches on the function's identity)."""
-    jitted = jax.jit(impl, static_argnums=(0, 1))
+def _derivatives_program(order: int, unit: bool = False):
+    taylor_make = _taylor_program(order, unit)
 
-    @functools.wraps(impl)
-    def call(fun, order, *args):
-        try:
-            hash(fun)
-        except TypeError:
-            return impl(fun, order, *args)
-        return jitted(fun, order, *args)
+    def make(jaxpr):
+        taylor_program = taylor_make(jaxpr)
 
-    return call
+        def program(consts, x_leaves, v_leaves):
+            primals, coeffs = taylor_program(consts, x_leaves, v_leaves)
+            out = []
+            for p, c in zip(primals, coeffs):
+                if order and jnp.issubdtype(p.dtype, jnp.inexact):
+                    c = c * factorials(order, p.ndim, p.dtype)[1:].astype(c.dtype)
+                out.append(lax.concatenate([p[None], c], 0))
+            return out
+
+        return program
+
+    return make
 
 
-def _taylor_impl(fun, order, x, v):
+def _taylor_leaves(fun, order, x, v, kind, api, unit=False):
+    """Trace `fun(x)` and run the cached `kind` program on `x`'s and `v`'s leaves.
+
+    `unit`: `v` is the default direction 1, known statically (no powers of it needed).
+    """
     x_leaves, in_tree = jax.tree.flatten(x)
     v_leaves = jax.tree.leaves(v)
-    seeds = _seeds(x_leaves, v_leaves, order)
-    out_tree, outs = run_series(
-        lambda *a: fun(jax.tree.unflatten(in_tree, a)), tuple(x_leaves), seeds, order
-    )
-    primal_out = [o.primal for o in outs]
-    coeffs = [_full_coeffs(o, order)[1:] for o in outs]
-    return jax.tree.unflatten(out_tree, primal_out), jax.tree.unflatten(out_tree, coeffs)
-
-
-_taylor_jit = _jit_on_fun(_taylor_impl)
+    closed, out_tree = _trace(fun, (x,), api)
+    program_for = _taylor_program if kind == "taylor" else _derivatives_program
+    program, consts = _cached_program(closed, (kind, order, unit), fun, program_for(order, unit))
+    return program(consts, x_leaves, v_leaves), out_tree
 
 
 def _check_direction(x, v):
@@ -163,23 +223,10 @@ def taylor(fun: Callable, order: int) -> Callable:
     def taylor_fun(x, v):
         _check_inexact(jax.tree.leaves(x), "x")
         v = _check_direction(x, v)
-        return _taylor_jit(fun, order, x, v)
+        (primals, coeffs), out_tree = _taylor_leaves(fun, order, x, v, "taylor", "taylax.taylor")
+        return jax.tree.unflatten(out_tree, primals), jax.tree.unflatten(out_tree, coeffs)
 
     return taylor_fun
-
-
-def _derivatives_impl(fun, order, x, v):
-    primal_out, coeffs = _taylor_impl(fun, order, x, v)
-
-    def stack(p, c):
-        scale = factorials(order, p.ndim, p.dtype)[1:] if order else None
-        rest = c * scale.astype(c.dtype) if order else c
-        return lax.concatenate([p[None], rest], 0)
-
-    return jax.tree.map(stack, primal_out, coeffs)
-
-
-_derivatives_jit = _jit_on_fun(_derivatives_impl)
 
 
 def derivatives(fun: Callable, order: int) -> Callable:
@@ -218,20 +265,45 @@ def derivatives(fun: Callable, order: int) -> Callable:
                     "(or pytree) shaped like `x`, e.g. `derivatives(f, k)(x, jnp.ones_like(x))`."
                 )
             v = jax.tree.map(lambda leaf: jnp.ones_like(leaf), x)
+            unit = True
+        else:
+            unit = False
         v = _check_direction(x, v)
-        return _derivatives_jit(fun, order, x, v)
+        out, out_tree = _taylor_leaves(
+            fun, order, x, v, "derivatives", "taylax.derivatives", unit=unit
+        )
+        return jax.tree.unflatten(out_tree, out)
 
     return derivatives_fun
 
 
-def _jet_impl(fun, order, primals, stacked):
-    series = [Series.constant(p) if s is None else Series(s) for p, s in zip(primals, stacked)]
-    out_tree, outs = run_series(fun, tuple(primals), series, order)
-    return (
-        jax.tree.unflatten(out_tree, [o.primal for o in outs]),
-        [_full_coeffs(o, order)[1:] for o in outs],
-        out_tree,
-    )
+def _jet_program(order: int, factorial_scaled: bool):
+    def make(jaxpr):
+        def program(consts, primals, terms):
+            series = []
+            for p, ts in zip(primals, terms):
+                if order == 0:
+                    series.append(Series.constant(p))
+                    continue
+                c = jnp.stack([p] + [jnp.asarray(t, p.dtype) for t in ts])
+                if factorial_scaled:
+                    c = c / factorials(order, p.ndim, p.dtype).astype(c.dtype)
+                series.append(Series(c))
+            outs = eval_jaxpr_series(jaxpr, consts, series, order)
+            pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
+            primals_out, coeffs = [p for p, _ in pairs], [c for _, c in pairs]
+            if factorial_scaled and order:
+                coeffs = [
+                    c * factorials(order, c.ndim - 1, c.dtype)[1:].astype(c.dtype)
+                    if jnp.issubdtype(c.dtype, jnp.inexact)
+                    else c
+                    for c in coeffs
+                ]
+            return primals_out, coeffs
+
+        return program
+
+    return make
 
 
 def jet(fun: Callable, primals, series, factorial_scaled: bool = True):
@@ -272,7 +344,8 @@ def jet(fun: Callable, primals, series, factorial_scaled: bool = True):
         raise ValueError("jet terms have inconsistent lengths for different arguments.")
     order = lengths.pop() if lengths else 0
     primals = [jnp.asarray(p) for p in primals]
-    stacked = []
+    if order:  # an integer primal with terms has no series to carry them
+        _check_inexact(primals, "primals")
     for i, (p, terms) in enumerate(zip(primals, series)):
         for j, t in enumerate(terms):
             if jnp.shape(t) != jnp.shape(p):
@@ -280,15 +353,11 @@ def jet(fun: Callable, primals, series, factorial_scaled: bool = True):
                     f"term {j} for argument {i} has shape {jnp.shape(t)}, but the primal has "
                     f"shape {jnp.shape(p)}."
                 )
-        if order == 0:
-            stacked.append(None)
-            continue
-        c = jnp.stack([p] + [jnp.asarray(t, p.dtype) for t in terms])
-        if factorial_scaled:
-            c = c / factorials(order, p.ndim, p.dtype).astype(c.dtype)
-        stacked.append(c)
-    primals_out, coeffs, out_tree = _jet_impl(fun, order, primals, stacked)
-    if factorial_scaled and order:
-        coeffs = [c * factorials(order, c.ndim - 1, c.dtype)[1:].astype(c.dtype) for c in coeffs]
+    closed, out_tree = _trace(fun, tuple(primals), "taylax.jet")
+    program, consts = _cached_program(
+        closed, ("jet", order, bool(factorial_scaled)), fun, _jet_program(order, factorial_scaled)
+    )
+    terms_in = [list(terms) for terms in series] if order else [[] for _ in series]
+    primals_out, coeffs = program(consts, primals, terms_in)
     terms = [[c[k] for k in range(order)] for c in coeffs]
-    return primals_out, jax.tree.unflatten(out_tree, terms)
+    return jax.tree.unflatten(out_tree, primals_out), jax.tree.unflatten(out_tree, terms)

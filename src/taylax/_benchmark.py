@@ -203,6 +203,9 @@ def _worker(spec: dict[str, Any], count_equations: Callable[[Any], int]) -> None
 
     # Initialise the backend and jit machinery outside of the measurement.
     jax.block_until_ready(jax.jit(lambda a: a + 1.0)(jnp.zeros(())))
+    if spec.get("mode") == "batch":
+        _batch_worker(spec)
+        return
     f, x, v = _build_case(spec["case"])
     fn, stacked = _build_contender(spec["contender"], f, spec["order"])
     x, v = jax.block_until_ready((x, v))
@@ -228,6 +231,46 @@ def _worker(spec: dict[str, Any], count_equations: Callable[[Any], int]) -> None
                 times.append(time.perf_counter() - start)
             _emit(steady_s=statistics.median(times), steady_repeats=repeats)
     _emit(equations=count_equations(jax.make_jaxpr(fn)(x, v)))
+    _emit(done=True)
+
+
+def _batch_worker(spec: dict[str, Any]) -> None:
+    """The steady state of ``jax.jit(jax.vmap(fn))`` over ``spec["points"]`` points.
+
+    One row per order: the first call (compile included) and the best of
+    ``spec["repeats"]`` timed calls after one warm-up call. The best, not the median: on a
+    shared machine, the other processes only ever add time.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    f, _, _ = _build_case("scalar")
+    points = spec["points"]
+    t = jax.block_until_ready(jnp.linspace(0.5, 1.5, points))
+    v = jax.block_until_ready(jnp.ones(points))
+    _emit(device=str(jax.devices()[0].platform), jax_version=jax.__version__)
+    for order in spec["orders"]:
+        fn, stacked = _build_contender(spec["contender"], f, order)
+        batched = jax.jit(jax.vmap(fn))
+        start = time.perf_counter()
+        out = jax.block_until_ready(batched(t, v))
+        first = time.perf_counter() - start
+        jax.block_until_ready(batched(t, v))
+        times = []
+        for _ in range(spec["repeats"]):
+            start = time.perf_counter()
+            jax.block_until_ready(batched(t, v))
+            times.append(time.perf_counter() - start)
+        # vmap puts the batch axis first: (points, order + 1) when stacked.
+        highest = out[:, -1] if stacked else out
+        _emit(
+            row={
+                "order": order,
+                "first_call_s": first,
+                "steady_s": min(times),
+                "value": _checksum(highest),
+            }
+        )
     _emit(done=True)
 
 
@@ -278,9 +321,13 @@ def _spawn(spec: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], str,
     fields: dict[str, Any] = {}
     for line in stdout.splitlines():
         try:
-            fields.update(json.loads(line))
+            parsed = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(parsed, dict) and "row" in parsed:  # one of several results (batch)
+            fields.setdefault("rows", []).append(parsed["row"])
+        elif isinstance(parsed, dict):
+            fields.update(parsed)
     if status == "ok" and (proc.returncode != 0 or not fields.get("done")):
         fallback = f"the worker exited with status {proc.returncode}"
         status, reason = "error", _error_line(stderr) or fallback
@@ -371,6 +418,80 @@ def run_one(
         "wall_s": time.perf_counter() - start,
         **({"stderr_tail": fields["stderr_tail"]} if "stderr_tail" in fields else {}),
     }
+
+
+def run_batch(
+    contender: str,
+    orders: Sequence[int],
+    *,
+    points: int = 65_536,
+    repeats: int = 5,
+    timeout_s: float = 120.0,
+) -> list[dict[str, Any]]:
+    """The steady state on a batch: ``jax.jit(jax.vmap(fn))`` over ``points`` values of t.
+
+    ``fn`` computes the derivatives of the ``scalar`` case's ``0.3*sin(t)*t**10`` at each
+    order (all of ``0..order`` for taylax and jet, only the ``order``-th for nested jvp, as
+    in :func:`run_one`). All orders of one contender run in one fresh process.
+
+    Args:
+      contender: one of :data:`CONTENDERS`.
+      orders: the derivative orders, each at least 1.
+      points: the batch size N (t runs over ``linspace(0.5, 1.5, N)``).
+      repeats: timed calls per order after one warm-up call; the best is kept.
+      timeout_s: the time limit of the whole process.
+
+    Returns:
+      One dict per order, with the keys of :func:`run_one`'s (``case`` is ``"batch"``,
+      ``steady_s`` is the best of the repeats) plus ``points`` and ``repeats``. Orders
+      that a timeout or an error left unmeasured have that ``status``.
+
+    Raises:
+      ValueError: if ``contender``, ``orders``, ``points`` or ``repeats`` is not valid.
+
+    Example:
+      >>> rows = run_batch("jet", [2], points=1024, repeats=3)  # doctest: +SKIP
+      >>> rows[0]["status"], rows[0]["steady_s"] > 0  # doctest: +SKIP
+      ('ok', True)
+    """
+    if contender not in CONTENDERS:
+        raise ValueError(f"Unknown contender {contender!r}; expected one of {list(CONTENDERS)}.")
+    if not orders or any(not isinstance(k, int) or k < 1 for k in orders):
+        raise ValueError(f"orders must be integers >= 1, but got {list(orders)!r}.")
+    for name, value in (("points", points), ("repeats", repeats)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, but got {value!r}.")
+    spec = {
+        "case": "scalar",
+        "contender": contender,
+        "orders": list(orders),
+        "points": points,
+        "repeats": repeats,
+        "mode": "batch",
+    }
+    start = time.perf_counter()
+    fields, status, reason = _spawn(spec, timeout_s)
+    wall = time.perf_counter() - start
+    rows = {row["order"]: row for row in fields.get("rows", [])}
+    results = []
+    for order in orders:
+        row = rows.get(order)
+        result = skipped("batch", contender, order, "")
+        result.update(
+            status="ok" if row else ("error" if status == "ok" else status),
+            reason=None if row else (reason or "the worker reported no result"),
+            device=fields.get("device"),
+            limit_s=timeout_s,
+            wall_s=wall,
+            points=points,
+            repeats=repeats,
+        )
+        if row:
+            result.update(
+                first_call_s=row["first_call_s"], steady_s=row["steady_s"], value=row["value"]
+            )
+        results.append(result)
+    return results
 
 
 def skipped(case: str, contender: str, order: int, reason: str) -> dict[str, Any]:

@@ -51,6 +51,39 @@ def bind_equation(eqn: JaxprEqn, args):
         return eqn.primitive.bind(*args, **bind_params)
 
 
+def custom_jvp_rule_key(jvp_jaxpr_fun):
+    """A hashable key for the user's jvp rule behind a `custom_jvp_call`, or None if unknown.
+
+    The equation's `jvp_jaxpr_fun` is a thunk made afresh on every trace, so it never
+    compares equal across traces; the rule function it wraps (and the flattening applied
+    to it) does. taylax keys eager calls' compiled programs by jaxpr structure with it.
+    """
+
+    # Private: the thunk is `pe._memoize`d `jvp_jaxpr_thunk` closing over `jvp`, a
+    # `lu.WrappedFun` of the user's rule. Its `_flatten_jvp` transformation also holds an
+    # output-type thunk (a fresh lambda) determined by the primal jaxpr, which is keyed
+    # separately, so it is left out.
+    def cells(fn) -> dict:
+        names = fn.__code__.co_freevars
+        return {n: c.cell_contents for n, c in zip(names, fn.__closure__ or ())}
+
+    try:
+        jvp = cells(cells(jvp_jaxpr_fun.f)["fn"])["jvp"]
+        transforms = tuple(
+            (gen, tuple(a for a in args if not _is_out_type_thunk(a)))
+            for gen, args in jvp.transforms
+        )
+        key = ("custom_jvp_rule", jvp.f, transforms, jvp.params, jvp.in_type)
+        hash(key)
+    except Exception:  # a JAX version with another layout: callers key by identity
+        return None
+    return key
+
+
+def _is_out_type_thunk(a) -> bool:
+    return callable(a) and "transformation_with_aux" in getattr(a, "__qualname__", "")
+
+
 def all_primitives() -> dict[str, Primitive]:
     """Every primitive exported by `jax.lax` and `jax.extend.core.primitives`."""
     found: dict[str, Primitive] = {}
@@ -284,6 +317,48 @@ def jit_trace_cache_keys(fun) -> list[tuple]:
             ref, context, rest = key[0], key[1], key[2]
             if ref() is fun and len(rest) == 4:
                 found.append((tuple(context), *rest))
+        except Exception:  # an unexpected key layout: explain with less
+            continue
+    return found
+
+
+def jit_trace_cache_functions() -> list:
+    """The live function objects that JAX's jit trace cache holds (jitted and called)."""
+    # Private: the same cache as `jit_trace_cache_keys`; its keys start with weakref(fun).
+    from jax._src import pjit
+
+    found = []
+    for key in pjit._infer_params_cached.cache_keys():
+        try:
+            fun = key[0]()
+        except Exception:  # an unexpected key layout
+            continue
+        if fun is not None:
+            found.append(fun)
+    return found
+
+
+def jit_lowering_in_shardings(jaxpr) -> list[tuple]:
+    """The input shardings of JAX's cached lowerings of `jaxpr`, one tuple per entry.
+
+    An entry is None where jit was free to place the argument (a NumPy array, a Python
+    scalar or an uncommitted array), else the committed argument's sharding. Used to explain
+    a compile without a trace when the earlier calls were made before recording started.
+    """
+    # Private: `_pjit_lower`'s weakref-LRU cache, keyed by (weakref(jaxpr), trace_context,
+    # (in_shardings, out_shardings, ...), kwargs); in_shardings cover the jaxpr's consts
+    # then the dynamic arguments. UnspecifiedValue marks an argument jit may place.
+    from jax._src import pjit
+    from jax._src.named_sharding import UnspecifiedValue
+
+    found = []
+    for key in pjit._pjit_lower.cache_keys():
+        try:
+            if key[0]() is jaxpr:
+                shardings = key[2][0]
+                found.append(
+                    tuple(None if isinstance(s, UnspecifiedValue) else s for s in shardings)
+                )
         except Exception:  # an unexpected key layout: explain with less
             continue
     return found

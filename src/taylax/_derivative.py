@@ -28,10 +28,14 @@ How it is evaluated:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import gc
+import inspect
+import itertools
 import math
+import operator
 import weakref
 from collections.abc import Callable, Sequence
 
@@ -103,16 +107,213 @@ def _evaluate(*args, program: Program, orders: tuple[int, ...]):
     return [_scaled_coefficient(y, n) for y, n in zip(outs, orders, strict=True)]
 
 
-_JITTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# --------------------------------------------------------------------------
+# Compiled programs of eager calls, keyed by the structure of the traced jaxpr.
+# --------------------------------------------------------------------------
+#
+# An eager call traces the user's function again every time (cheap, and the only way to
+# see the current value of a global or a mutated object), then looks its compiled Taylor
+# program up by the jaxpr's *structure*: primitives, parameters, literal values, avals and
+# wiring. The jaxpr's top-level constants are arguments of the compiled program, never
+# baked in, so a changed closed-over array reuses the program with its new value, and a
+# changed Python scalar (a literal) is a different structure. The table is an LRU, so
+# memory stays flat however many distinct functions are called.
+
+
+class _Uncacheable(Exception):
+    """A jaxpr holds something with no stable key (a tracer of an enclosing transformation)."""
+
+
+class _Identity:
+    """Keys an unhashable parameter by identity, keeping it alive so its id is not reused."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Identity) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+
+# Constants of sub-jaxprs up to this many elements are keyed by value; larger ones by identity.
+_CONST_BY_VALUE_SIZE = 4096
+_INTERN_SIZE = 4096
+_PROGRAM_CACHE_SIZE = 64
+
+# Structure -> token (an int never reused), so that a key mentions a sub-jaxpr by its token:
+# hashing a key then costs the size of one jaxpr, not of every program it calls (a jitted
+# recursion references each level twice, so expanded keys would grow as 2^depth).
+_INTERNED: collections.OrderedDict = collections.OrderedDict()
+_TOKENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Jaxpr -> token
+_next_token = itertools.count()
+
+
+def _intern(structure) -> int:
+    token = _INTERNED.get(structure)
+    if token is None:
+        token = _INTERNED[structure] = next(_next_token)
+        if len(_INTERNED) > _INTERN_SIZE:
+            _INTERNED.popitem(last=False)
+    else:
+        _INTERNED.move_to_end(structure)
+    return token
+
+
+def _array_key(x):
+    if _compat.is_tracer(x):
+        raise _Uncacheable
+    if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
+        # A typed PRNG key has no NumPy view: key it by its implementation and raw data.
+        data = np.asarray(jax.random.key_data(x))
+        return ("key", str(x.dtype), data.shape, data.tobytes())
+    a = np.asarray(x)
+    return ("array", a.dtype.str, a.shape, a.tobytes(), getattr(x, "weak_type", None))
+
+
+def const_value_key(c):
+    """A key for a concrete constant's value (dtype, shape, bytes, weak type)."""
+    return _array_key(c)
+
+
+def _const_key(c):
+    if _compat.is_tracer(c):
+        raise _Uncacheable
+    if np.size(c) <= _CONST_BY_VALUE_SIZE:
+        return _array_key(c)
+    return _Identity(c)
+
+
+def _value_key(v):
+    if isinstance(v, _compat.ClosedJaxpr):
+        return ("closed", jaxpr_token(v.jaxpr), tuple(_const_key(c) for c in v.consts))
+    if isinstance(v, _compat.Jaxpr):
+        return ("jaxpr", jaxpr_token(v))
+    if isinstance(v, Program):
+        return ("program", _value_key(v.closed))
+    if isinstance(v, (tuple, list)):
+        return (type(v), tuple(_value_key(x) for x in v))
+    if isinstance(v, dict):
+        return (dict, tuple((k, _value_key(x)) for k, x in v.items()))
+    if _compat.is_tracer(v):
+        raise _Uncacheable
+    if isinstance(v, (np.ndarray, np.generic, jax.Array)):
+        return _array_key(v)
+    try:
+        hash(v)
+    except TypeError:
+        return _Identity(v)
+    return (type(v), v)
+
+
+def _params_key(eqn: _compat.JaxprEqn):
+    params = eqn.params
+    if eqn.primitive is _compat.custom_jvp_call_p:
+        # The jvp rule reaches the jaxpr as a fresh thunk on every trace; key it by the
+        # user's rule function instead (its identity, as `jax.jit` keys a function).
+        rest = {k: v for k, v in params.items() if k != "jvp_jaxpr_fun"}
+        rule = _compat.custom_jvp_rule_key(params["jvp_jaxpr_fun"])
+        return (_value_key(rest), _Identity(params["jvp_jaxpr_fun"]) if rule is None else rule)
+    return _value_key(params)
+
+
+def jaxpr_token(jaxpr: _compat.Jaxpr) -> int:
+    """A token equal for two jaxprs exactly when they compute the same thing the same way.
+
+    Raises `_Uncacheable` when the jaxpr holds a tracer.
+    """
+    token = _TOKENS.get(jaxpr)
+    if token is not None:
+        return token
+    names: dict = {}
+
+    def bind(v):
+        names[v] = len(names)
+        return v.aval
+
+    def use(v):
+        if isinstance(v, _compat.Literal):
+            return ("literal", v.aval, _array_key(v.val))
+        return names[v]
+
+    parts = [tuple(bind(v) for v in jaxpr.constvars), tuple(bind(v) for v in jaxpr.invars)]
+    for eqn in jaxpr.eqns:
+        ctx = eqn.ctx  # compute type, threefry mode, ... (they change the lowering)
+        try:
+            hash(ctx)
+        except TypeError:
+            ctx = _Identity(ctx)
+        outs = tuple(
+            ("drop", v.aval) if isinstance(v, _compat.DropVar) else bind(v) for v in eqn.outvars
+        )
+        parts.append(
+            (eqn.primitive, tuple(use(v) for v in eqn.invars), _params_key(eqn), outs, ctx)
+        )
+    parts.append(tuple(use(v) for v in jaxpr.outvars))
+    parts.append(_value_key(sorted(map(repr, jaxpr.effects))))
+    token = _TOKENS[jaxpr] = _intern(tuple(parts))
+    return token
+
+
+def closed_key(closed: _compat.ClosedJaxpr):
+    """The structural key of a closed jaxpr whose constants are passed as arguments, or None.
+
+    Only the constants' avals are part of it (they are in the jaxpr's constvars). None
+    when the jaxpr cannot be keyed (it holds a tracer).
+    """
+    try:
+        return jaxpr_token(closed.jaxpr)
+    except _Uncacheable:
+        return None
+
+
+class ProgramCache:
+    """A bounded LRU of compiled programs keyed by structure (see `closed_key`)."""
+
+    def __init__(self, size: int = _PROGRAM_CACHE_SIZE):
+        self.size = size
+        self.entries: collections.OrderedDict = collections.OrderedDict()
+
+    def get(self, key, make: Callable[[], Callable]) -> Callable:
+        """The cached program for `key`, made by `make()` on a miss (not stored if key is None)."""
+        if key is None:
+            return make()
+        fn = self.entries.get(key)
+        if fn is None:
+            fn = self.entries[key] = make()
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+        else:
+            self.entries.move_to_end(key)
+        return fn
+
+    def clear(self) -> None:
+        """Drop every compiled program."""
+        self.entries.clear()
+
+
+_EAGER_DERIVATIVES = ProgramCache()
 
 
 def _impl(*args, program, orders):
-    per_jaxpr = _JITTED.setdefault(program.closed, {})
-    fn = per_jaxpr.get(orders)
-    if fn is None:
-        fn = jax.jit(functools.partial(_evaluate, program=program, orders=orders))
-        per_jaxpr[orders] = fn
-    return fn(*args)
+    # Reached by eager calls only (under jit the primitive is lowered); a fresh trace of
+    # the same function is a new jaxpr object, so look the program up by structure.
+    try:
+        key = (
+            jaxpr_token(program.closed.jaxpr),
+            tuple(_const_key(c) for c in program.closed.consts),
+            orders,
+        )
+    except _Uncacheable:
+        key = None
+
+    def make():
+        return jax.jit(functools.partial(_evaluate, program=program, orders=orders))
+
+    return _EAGER_DERIVATIVES.get(key, make)(*args)
 
 
 def _abstract_eval(*avals, program, orders):
@@ -165,9 +366,20 @@ def _jvp(primals, tangents, *, program, orders):
 _compat.ad.primitive_jvps[derivative_p] = _jvp
 
 
-def _batch(args, dims, *, program, orders):
+def _batch(axis_data, args, dims, *, program, orders):
     in_axes = list(dims)  # None: not batched
-    batched = jax.vmap(_compat.jaxpr_as_fun(program.closed), in_axes=in_axes, out_axes=0)
+    if all(d is None for d in in_axes):  # nothing batched: neither is the result
+        return derivative_p.bind(*args, program=program, orders=orders), [None] * len(orders)
+    # The vmap keeps the enclosing axis' name and size, so collectives over it in the
+    # program (`psum(x, name)`, `axis_index(name)`) are batched here, as jax.vmap does.
+    batched = jax.vmap(
+        _compat.jaxpr_as_fun(program.closed),
+        in_axes=in_axes,
+        out_axes=0,
+        axis_name=axis_data.name,
+        axis_size=axis_data.size,
+        spmd_axis_name=axis_data.spmd_name,
+    )
     shapes = [jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)) for a in args]
     closed = jax.make_jaxpr(batched)(*shapes)
     sub, consts = _compat.consts_to_invars(closed)
@@ -179,7 +391,7 @@ def _batch(args, dims, *, program, orders):
     return outs, [0] * len(outs)
 
 
-_compat.batching.primitive_batchers[derivative_p] = _batch
+_compat.batching.fancy_primitive_batchers[derivative_p] = _batch
 
 
 # --------------------------------------------------------------------------
@@ -227,8 +439,12 @@ def _unit_seed_series(sub: _compat.ClosedJaxpr, consts, t0, order: int) -> list[
     per_jaxpr = _UNIT_SEED_CALLS.setdefault(sub, {})
     fn = per_jaxpr.get((order, len(consts)))
     if fn is None:
+        # The cached function must not hold `sub` strongly: it is the value of a weak-key
+        # entry for `sub`, which would then never be freed. It only runs while `sub` lives.
+        sub_ref = weakref.ref(sub)
 
         def taylor_call(*args):
+            sub = sub_ref()
             *consts, t0 = args
             inputs = [Series.constant(c) for c in consts] + [Series(unit_seed(t0))]
             return as_outputs(eval_jaxpr_series(sub.jaxpr, sub.consts, inputs, order))
@@ -363,7 +579,26 @@ def _bind(sub: _compat.ClosedJaxpr, consts: list, t, orders: tuple[int, ...]) ->
     return derivative_p.bind(*consts, t, program=Program(sub), orders=orders)
 
 
-def _trace(fun: Callable, t):
+def traced_value_error(api: str, err: Exception) -> TypeError:
+    """The error for Python control flow on a traced value inside a taylax transformation."""
+    return TypeError(
+        f"`{api}` traces the function with an abstract value of its differentiated input "
+        "(as `jax.jit` does, and unlike eager `jax.jacfwd`), so Python control flow or "
+        "conversion on that value (`if x > 0:`, `float(x)`, `int(x)`) cannot run. Use "
+        "`jnp.where`, `jax.lax.cond` or `jax.lax.select` instead, or pass the value as an "
+        f"argument that is not differentiated. JAX's own message: {err}"
+    )
+
+
+def make_jaxpr(fun: Callable, api: str, *args) -> _compat.ClosedJaxpr:
+    """`jax.make_jaxpr(fun)(*args)`, explaining a concretization error in terms of `api`."""
+    try:
+        return jax.make_jaxpr(fun)(*args)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError) as err:
+        raise traced_value_error(api, err) from err
+
+
+def _trace(fun: Callable, t, api: str):
     """Trace `fun(t)` to a jaxpr whose constants are explicit leading inputs."""
     out_tree_box = []
 
@@ -373,7 +608,7 @@ def _trace(fun: Callable, t):
         out_tree_box.append(tree)
         return leaves
 
-    closed = jax.make_jaxpr(flat)(t)
+    closed = make_jaxpr(flat, api, t)
     sub, consts = _compat.consts_to_invars(closed)
     return sub, consts, out_tree_box[0]
 
@@ -413,8 +648,13 @@ def _eval_expanded(jaxpr: _compat.Jaxpr, consts, args) -> list:
 def _expanded_jit(closed: _compat.ClosedJaxpr):
     fn = _EXPANDED_JITS.get(closed)
     if fn is None:
-        fn = jax.jit(lambda *args: _eval_expanded(closed.jaxpr, closed.consts, args))
-        _EXPANDED_JITS[closed] = fn
+        closed_ref = weakref.ref(closed)  # not strongly: `closed` is this entry's weak key
+
+        def expanded(*args):
+            closed = closed_ref()
+            return _eval_expanded(closed.jaxpr, closed.consts, args)
+
+        fn = _EXPANDED_JITS[closed] = jax.jit(expanded)
     return fn
 
 
@@ -539,15 +779,32 @@ def derivative(fun: Callable, order: int = 1, *, holomorphic: bool = False) -> C
 
     order = check_order(order)
 
-    @functools.wraps(fun)
     def derivative_fun(t, *args, **kwargs):
         t = _check_scalar(t, holomorphic, "t", "taylax.derivative")
-        sub, consts, out_tree = _trace(lambda t: fun(t, *args, **kwargs), t)
+        sub, consts, out_tree = _trace(lambda t: fun(t, *args, **kwargs), t, "taylax.derivative")
         orders = (order,) * len(sub.out_avals)
         _check_outputs(sub, orders, "taylax.derivative")
         return jax.tree.unflatten(out_tree, _bind(sub, consts, t, orders))
 
-    return derivative_fun
+    return _wraps(derivative_fun, fun)
+
+
+def _wraps(wrapper: Callable, fun: Callable) -> Callable:
+    """`functools.wraps` without `__wrapped__`, with `fun`'s signature computed once.
+
+    With `__wrapped__`, `inspect.signature` (which `jax.jit` calls) walks the whole chain
+    of `jax.jit(derivative(jax.jit(derivative(...))))`, and its work grew 4x per level.
+    """
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(wrapper, name, getattr(fun, name))
+        except (AttributeError, TypeError):
+            pass
+    try:
+        wrapper.__signature__ = inspect.signature(fun)
+    except (TypeError, ValueError):  # a callable without a signature keeps the wrapper's own
+        pass
+    return wrapper
 
 
 def _is_scalar_leaf(x) -> bool:
@@ -593,7 +850,7 @@ def jacfwd(
         d2 = taylax.jacfwd(taylax.jacfwd(jnp.sin))(0.5)   # -sin(0.5)
         ```
     """
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    single, nums = _check_argnums(argnums)
 
     def jac_fun(*args, **kwargs):
         if any(i >= len(args) or i < -len(args) for i in nums):
@@ -602,12 +859,14 @@ def jacfwd(
                 f"the function was called with {len(args)} positional arguments."
             )
         if not all(_is_scalar_leaf(args[i]) for i in nums):
-            return jax.jacfwd(fun, argnums, has_aux=has_aux, holomorphic=holomorphic)(
+            argnums_ = nums[0] if single else nums
+            return jax.jacfwd(fun, argnums_, has_aux=has_aux, holomorphic=holomorphic)(
                 *args, **kwargs
             )
         per_arg = []
         aux = None
         for i in nums:
+            i %= len(args)  # a negative index counts from the end, as in jax.jacfwd
             t = _check_scalar(args[i], holomorphic, f"args[{i}]", "taylax.jacfwd")
 
             def at(t, i=i):
@@ -615,13 +874,34 @@ def jacfwd(
 
             jac, aux = _first_derivative(at, t, has_aux, holomorphic)
             per_arg.append(jac)
-        if isinstance(argnums, int):
+        if single:
             jac = per_arg[0]
         else:
             jac = jax.tree.map(lambda *js: tuple(js), *per_arg)
         return (jac, aux) if has_aux else jac
 
     return jac_fun
+
+
+def _check_argnums(argnums) -> tuple[bool, tuple[int, ...]]:
+    """(whether `argnums` is a single index, the indices), accepting what jax.jacfwd accepts."""
+    try:
+        return True, (operator.index(argnums),)
+    except TypeError:
+        pass
+    try:
+        nums = tuple(operator.index(i) for i in argnums)
+    except TypeError:
+        raise TypeError(
+            "`argnums` of `taylax.jacfwd` must be an integer or a sequence of integers, got "
+            f"{argnums!r}."
+        ) from None
+    if not nums:
+        raise ValueError(
+            "`argnums` of `taylax.jacfwd` is empty: pass the index (or indices) of the "
+            "positional arguments to differentiate with respect to, e.g. `argnums=0`."
+        )
+    return False, nums
 
 
 def _first_derivative(fun: Callable, t, has_aux: bool, holomorphic: bool):
@@ -631,7 +911,7 @@ def _first_derivative(fun: Callable, t, has_aux: bool, holomorphic: bool):
         out = fun(t)
         if not has_aux:
             return out
-        if not (isinstance(out, tuple) and len(out) == 2):
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
             raise TypeError(
                 "`taylax.jacfwd` with has_aux=True expects the function to return a pair "
                 f"(output, aux), got {type(out).__name__}."
@@ -641,7 +921,7 @@ def _first_derivative(fun: Callable, t, has_aux: bool, holomorphic: bool):
         aux_tree_box.append((aux_tree, len(aux_leaves)))
         return main, aux_leaves
 
-    sub, consts, out_tree = _trace(split, t)
+    sub, consts, out_tree = _trace(split, t, "taylax.jacfwd")
     n_out = len(sub.out_avals)
     n_aux = aux_tree_box[0][1] if has_aux else 0
     orders = (1,) * (n_out - n_aux) + (0,) * n_aux

@@ -72,9 +72,73 @@ def register_rule(primitive: _compat.Primitive) -> Callable[[TaylorRule], Taylor
 
     def decorator(rule: TaylorRule) -> TaylorRule:
         taylor_rules[primitive] = rule
+        # A user's rule has its results checked against the primitive's abstract
+        # evaluation at trace time (taylax's own rules are tested instead).
+        if (getattr(rule, "__module__", None) or "").split(".")[0] == "taylax":
+            _checked_rules.discard(primitive)
+        else:
+            _checked_rules.add(primitive)
         return rule
 
     return decorator
+
+
+_checked_rules: set[_compat.Primitive] = set()
+
+
+def _rule_result(eqn: _compat.JaxprEqn, result, order: int) -> list[Series]:
+    """The rule's outputs as a list, checked when the rule is a user's (see `register_rule`).
+
+    Only what is known at trace time is checked: the type, the number of outputs, each
+    output's shape and dtype against the primitive's abstract evaluation, and the degree.
+    """
+    name = eqn.primitive.name
+    multiple = eqn.primitive.multiple_results
+    outs = result if multiple else [result]
+    if multiple and not isinstance(result, (list, tuple)):
+        raise TypeError(
+            f"The Taylor rule for the primitive '{name}' returned a {type(result).__name__}, "
+            f"but '{name}' has multiple results: return a list of `taylax.Series`, one per "
+            "result."
+        )
+    for o in outs:
+        if not isinstance(o, Series):
+            what = "an array" if hasattr(o, "shape") else f"a {type(o).__name__}"
+            raise TypeError(
+                f"The Taylor rule for the primitive '{name}' returned {what}; a rule must "
+                "return `taylax.Series` values (e.g. `taylax.Series(coeffs)` with the "
+                "coefficients stacked `(degree+1, *shape)`, or `taylax.Series.constant(x)`), "
+                "not bare arrays."
+            )
+    if eqn.primitive not in _checked_rules:
+        return outs
+    if len(outs) != len(eqn.outvars):
+        raise ValueError(
+            f"The Taylor rule for the primitive '{name}' returned {len(outs)} series, but the "
+            f"primitive has {len(eqn.outvars)} results."
+        )
+    for i, (o, v) in enumerate(zip(outs, eqn.outvars)):
+        aval = v.aval
+        which = f" (result {i})" if multiple else ""
+        if o.shape != tuple(aval.shape):
+            raise ValueError(
+                f"The Taylor rule for the primitive '{name}' returned a series of shape "
+                f"{o.shape}{which}, but the primitive's result has shape {tuple(aval.shape)}. "
+                "A rule's `Series` coefficients are stacked `(degree+1, *result_shape)`."
+            )
+        if o.dtype != aval.dtype:
+            raise TypeError(
+                f"The Taylor rule for the primitive '{name}' returned a series of dtype "
+                f"{o.dtype}{which}, but the primitive's result has dtype {aval.dtype}. Cast "
+                "the coefficients, e.g. `coeffs.astype(x.dtype)`."
+            )
+        if o.degree > order:
+            raise ValueError(
+                f"The Taylor rule for the primitive '{name}' returned a series of degree "
+                f"{o.degree}{which}, above the truncation order {order} it was called with: "
+                "truncate it, e.g. `taylax.Series(coeffs[: order + 1])`."
+            )
+    return outs
 
 
 # Calls of a sub-program that several equations of one jaxpr may share: a `jit` call
@@ -194,8 +258,7 @@ def eval_jaxpr_series(
         rule = taylor_rules.get(primitive)
         if rule is None:
             raise _missing_rule(primitive)
-        result = rule(order, *series_in, **eqn.params)
-        outs = result if primitive.multiple_results else [result]
+        outs = _rule_result(eqn, rule(order, *series_in, **eqn.params), order)
         for v, o in zip(eqn.outvars, outs, strict=True):
             write(v, o)
 

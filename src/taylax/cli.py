@@ -1,12 +1,14 @@
-"""The ``taylax`` command line: ``taylax demo`` and ``taylax bench``.
+"""The ``taylax`` command line: ``taylax demo``, ``bench``, ``primitives`` and ``explain``.
 
-``taylax demo`` computes the derivatives of ``0.3*sin(t)*t**10`` at increasing
-orders with taylax, ``jax.experimental.jet`` and nested ``jax.jvp``, each
-measurement in a fresh process, and shows the equations that each emits and
-the time of its first call (trace + compile + run) in a table and a plot. Then
-it runs a jitted user recursion of nested derivatives with ``taylax.jacfwd``
-and ``jax.jacfwd`` (``taylax._demo_recursion``), with its own table and plot.
-It needs the ``demo`` extra: ``pip install 'taylax[demo]'``.
+``taylax demo`` shows the headline in about a minute, each measurement in a fresh
+process: (1) the derivatives of ``0.3*sin(t)*t**10`` at a few orders with taylax,
+``jax.experimental.jet`` and nested ``jax.jvp``: the equations each emits and the time
+of its first call (trace + compile + run), (2) the steady state of
+``jax.jit(jax.vmap(...))`` of the same derivatives over a batch of 65,536 points, and
+(3) a jitted user recursion of nested derivatives with ``taylax.jacfwd`` and
+``jax.jacfwd`` (``taylax._demo_recursion``); tables, and plots written as PNG files.
+``taylax demo --full`` runs the full sweeps (orders up to 100, recursion depths up to
+30; several minutes). It needs the ``demo`` extra: ``pip install 'taylax[demo]'``.
 
 ``taylax bench`` runs the full benchmark suite (see ``taylax._benchmark``) and
 writes markdown and JSON results.
@@ -26,8 +28,39 @@ from . import _benchmark, _demo_recursion
 
 __all__ = ["main"]
 
-_DEMO_ORDERS = (2, 4, 6, 8, 10, 15, 20, 30, 40, 60, 100)
-_QUICK_ORDERS = (2, 4)
+# What each demo size measures: first-call orders, nested jvp's highest order, the
+# steady-state orders and batch size, and the recursion depths of taylax.jacfwd and
+# jax.jacfwd. The default is chosen to finish in about a minute on 2 cores.
+_SIZES: dict[str, dict[str, Any]] = {
+    "default": {
+        "orders": (4, 8, 16),
+        "nested_max_order": 8,
+        "batch_orders": (4, 8),
+        "points": 65_536,
+        "repeats": 5,
+        "recursion_ks": _demo_recursion.RECURSION_KS,
+        "jacfwd_ks": _demo_recursion.JACFWD_KS,
+    },
+    "full": {
+        "orders": (2, 4, 6, 8, 10, 15, 20, 30, 40, 60, 100),
+        "nested_max_order": 8,
+        "batch_orders": (4, 8, 16),
+        "points": 65_536,
+        "repeats": 10,
+        "recursion_ks": _demo_recursion.FULL_RECURSION_KS,
+        "jacfwd_ks": _demo_recursion.FULL_JACFWD_KS,
+    },
+    "quick": {
+        "orders": (4,),
+        "nested_max_order": 4,
+        "batch_orders": (2,),
+        "points": 1024,
+        "repeats": 2,
+        "recursion_ks": _demo_recursion.QUICK_RECURSION_KS,
+        "jacfwd_ks": _demo_recursion.QUICK_JACFWD_KS,
+    },
+}
+_DEMO_ORDERS = _SIZES["default"]["orders"]
 _LABELS = {"taylax": "taylax", "jet": "jax.experimental.jet", "nested_jvp": "nested jax.jvp"}
 _STYLES = {"taylax": ("tab:green", "o"), "jet": ("tab:blue", "s"), "nested_jvp": ("tab:red", "^")}
 
@@ -133,18 +166,78 @@ def _text(result: dict[str, Any] | None, key: str, fmt: Any) -> str:
     return "skipped" if result["status"] == "skipped" else result["status"]
 
 
-def _plot(results: list[dict[str, Any]], out: Path, plt: Any) -> None:
-    """Plots equations and first-call time versus order (log-scale y) into a PNG."""
+def _run_batch(args: argparse.Namespace, console: Any) -> list[dict[str, Any]]:
+    """The steady state on a batch: one fresh process per contender, every order in it."""
+    results: list[dict[str, Any]] = []
+    with _demo_recursion.demo_progress(console) as progress:
+        task = progress.add_task("starting", total=len(_benchmark.CONTENDERS))
+        for contender in _benchmark.CONTENDERS:
+            progress.update(task, description=f"{_LABELS[contender]}, batch")
+            orders = [
+                k
+                for k in args.batch_orders
+                if contender != "nested_jvp" or k <= args.nested_max_order
+            ]
+            if orders:
+                results += _benchmark.run_batch(
+                    contender,
+                    orders,
+                    points=args.points,
+                    repeats=args.repeats,
+                    timeout_s=args.timeout,
+                )
+            progress.advance(task)
+    return results
+
+
+def _batch_table(results: list[dict[str, Any]], args: argparse.Namespace) -> Any:
+    """A rich table of the steady state on the batch, with the ratios of taylax to others."""
+    from rich.table import Table
+
+    by_key = {(r["contender"], r["order"]): r for r in results}
+    table = Table(
+        title=f"steady state: jax.jit(jax.vmap(...)) over N = {args.points:,} points, "
+        f"best of {args.repeats} calls",
+        caption="taylax and jet return every derivative 0..K, nested jvp only the K-th",
+    )
+    table.add_column("order", justify="right")
+    for contender in _benchmark.CONTENDERS:
+        table.add_column(contender, justify="right")
+    for other in ("jet", "nested_jvp"):
+        table.add_column(f"taylax/{other}", justify="right")
+    for order in sorted({r["order"] for r in results}):
+        cells = [by_key.get((c, order)) for c in _benchmark.CONTENDERS]
+        mine = (by_key.get(("taylax", order)) or {}).get("steady_s")
+        ratios = [
+            _benchmark.format_ratio(mine, (by_key.get((o, order)) or {}).get("steady_s"))
+            for o in ("jet", "nested_jvp")
+        ]
+        table.add_row(
+            str(order), *(_text(r, "steady_s", _benchmark.format_time) for r in cells), *ratios
+        )
+    return table
+
+
+def _plot(results: list[dict[str, Any]], batch: list[dict[str, Any]], out: Path, plt: Any) -> None:
+    """Plots equations, first-call time and batch steady state versus order into a PNG."""
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
-    panels = (("equations", "jaxpr equations (recursive)"), ("first_call_s", "first call (s)"))
-    for ax, (key, ylabel) in zip(axes, panels):
+    panels = [
+        (results, "equations", "jaxpr equations (recursive)"),
+        (results, "first_call_s", "first call (s)"),
+    ]
+    if batch:
+        points = batch[0]["points"]
+        panels.append((batch, "steady_s", f"steady state on {points:,} points (s)"))
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(5.5 * len(panels), 4.2), constrained_layout=True
+    )
+    for ax, (rows, key, ylabel) in zip(axes, panels):
         for contender in _benchmark.CONTENDERS:
             color, marker = _STYLES[contender]
             points = sorted(
                 (r["order"], r[key])
-                for r in results
+                for r in rows
                 if r["contender"] == contender and r.get(key) is not None
             )
             if points:
@@ -152,7 +245,7 @@ def _plot(results: list[dict[str, Any]], out: Path, plt: Any) -> None:
                 ax.plot(xs, ys, marker=marker, color=color, label=_LABELS[contender])
             timeouts = [
                 (r["order"], r["limit_s"])
-                for r in results
+                for r in rows
                 if r["contender"] == contender and r["status"] == "timeout" and key != "equations"
             ]
             if timeouts:
@@ -177,39 +270,40 @@ def _demo(args: argparse.Namespace) -> int:
     if modules is None:
         return 1
     console, plt = modules
-    if args.orders is None:
-        args.orders = _QUICK_ORDERS if args.quick else _DEMO_ORDERS
-    if args.nested_max_order is None:
-        args.nested_max_order = 4 if args.quick else 8
+    size = "full" if args.full else "quick" if args.quick else "default"
+    for name, value in _SIZES[size].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     start = time.perf_counter()
     console.print(
         "[bold]taylax demo[/bold]: the k-th derivative of 0.3*sin(t)*t**10, one fresh process "
         "per measurement (first call = trace + compile + run of jax.jit)."
+        + ("" if args.full else " `taylax demo --full` runs the full sweeps (minutes).")
     )
-    results = _run_demo_measurements(args, console)
+    results = _run_demo_measurements(args, console) if args.orders else []
     caption = (
         f"nested jvp up to order {args.nested_max_order} (--nested-max-order), "
         f"jet within {args.jet_budget:g} s in all (--jet-budget)"
     )
-    for table in _result_tables(results, caption):
-        console.print(table)
-    for result in results:
+    if results:
+        for table in _result_tables(results, caption):
+            console.print(table)
+    batch = _run_batch(args, console) if args.batch_orders else []
+    if batch:
+        console.print(_batch_table(batch, args))
+    for result in results + batch:
         if result["status"] not in ("ok", "skipped"):
             console.print(
-                f"{result['contender']} at order {result['order']}: {result['status']}, "
+                f"{result['contender']} at order {result['order']}"
+                f"{' (batch)' if result['case'] == 'batch' else ''}: {result['status']}, "
                 f"{result['reason']}",
                 markup=False,
             )
     out = Path(args.out)
-    _plot(results, out, plt)
-    console.print(f"Wrote {out}.", markup=False)
-    quick = args.quick
-    if args.recursion_ks is None:
-        args.recursion_ks = (
-            _demo_recursion.QUICK_RECURSION_KS if quick else _demo_recursion.RECURSION_KS
-        )
-    if args.jacfwd_ks is None:
-        args.jacfwd_ks = _demo_recursion.QUICK_JACFWD_KS if quick else _demo_recursion.JACFWD_KS
+    if results or batch:
+        _plot(results, batch, out, plt)
+        console.print(f"Wrote {out}.", markup=False)
+    results += batch
     if args.recursion_ks or args.jacfwd_ks:
         results += _demo_recursion.run(
             console,
@@ -224,52 +318,145 @@ def _demo(args: argparse.Namespace) -> int:
     return 1 if any(r["status"] == "error" for r in results) else 0
 
 
+def _positive_float(text: str) -> float:
+    """argparse type: a number of seconds > 0 (argparse adds the flag to the message)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds such as 60, but got {text!r}."
+        ) from None
+    if not value > 0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, but got {text}.")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    """argparse type: a number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds such as 90, but got {text!r}."
+        ) from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 seconds or more, but got {text}.")
+    return value
+
+
+def _int_at_least(minimum: int):
+    """argparse type: an integer >= `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number, but got {text!r}."
+            ) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, but got {value}.")
+        return value
+
+    return parse
+
+
+def _depth_list(text: str) -> tuple[int, ...]:
+    """argparse type of the recursion depths: comma-separated integers >= 1 (may be empty)."""
+    try:
+        return _benchmark._int_list(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated depths >= 1 such as 1,2,4 (or '' to skip), but got {text!r}."
+        ) from None
+
+
 def _build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(
         prog="taylax", description="Taylor-mode higher-order derivatives for JAX."
     )
+    parser.add_argument("--version", action="version", version=f"taylax {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = commands.add_parser(
         "demo",
-        help="compare taylax, jet and nested jvp on a scalar function (needs taylax[demo])",
-        description="Compare taylax, jax.experimental.jet and nested jax.jvp on the k-th "
-        "derivative of 0.3*sin(t)*t**10: equations emitted and first-call time.",
+        help="compare taylax, jet and nested jvp in about a minute (needs taylax[demo])",
+        description="Compare taylax, jax.experimental.jet and nested jax.jvp on the "
+        "derivatives of 0.3*sin(t)*t**10: equations emitted and first-call time at a few "
+        "orders, the steady state of jax.jit(jax.vmap(...)) over a batch, and a jitted "
+        "recursion of nested derivatives (taylax.jacfwd vs jax.jacfwd). About a minute; "
+        "--full runs the full sweeps (several minutes). Each option overrides the size.",
     )
     demo.add_argument("--out", default="taylax_demo.png", help="where to write the plot (PNG)")
-    demo.add_argument("--quick", action="store_true", help="small orders only (a few seconds)")
+    size = demo.add_mutually_exclusive_group()
+    size.add_argument(
+        "--full",
+        action="store_true",
+        help="the full sweeps: orders up to 100, recursion depths up to 30 (several minutes)",
+    )
+    size.add_argument("--quick", action="store_true", help="one small order of each part (seconds)")
     demo.add_argument(
         "--orders",
         type=_benchmark._int_list,
         default=None,
-        help=f"comma-separated orders (default {','.join(map(str, _DEMO_ORDERS))})",
+        help="comma-separated first-call orders (default "
+        f"{','.join(map(str, _DEMO_ORDERS))}; --full: "
+        f"{','.join(map(str, _SIZES['full']['orders']))}; empty: skip)",
     )
     demo.add_argument(
         "--nested-max-order",
-        type=int,
+        type=_int_at_least(0),
         default=None,
         help="run nested jvp up to this order (default 8, or 4 with --quick)",
     )
     demo.add_argument(
         "--jet-budget",
-        type=float,
+        type=_non_negative_float,
         default=90.0,
-        help="seconds that jet may use in all; later orders are skipped (default 90)",
+        help="seconds that jet's first calls may use in all; later orders are skipped (default 90)",
     )
     demo.add_argument(
-        "--timeout", type=float, default=120.0, help="time limit of one run, in seconds"
+        "--timeout",
+        type=_positive_float,
+        default=120.0,
+        help="time limit of one run (one process), in seconds (default 120)",
+    )
+    demo.add_argument(
+        "--batch-orders",
+        type=_benchmark._int_list,
+        default=None,
+        help="comma-separated orders of the steady state on a batch (default 4,8; "
+        "--full: 4,8,16; empty: skip)",
+    )
+    demo.add_argument(
+        "--points",
+        type=_int_at_least(1),
+        default=None,
+        help="the batch size N of the steady state (default 65536)",
+    )
+    demo.add_argument(
+        "--repeats",
+        type=_int_at_least(1),
+        default=None,
+        help="timed calls per order of the steady state, the best is shown (default 5)",
     )
     demo.add_argument(
         "--recursion-ks",
-        type=_benchmark._int_list,
+        type=_depth_list,
         default=None,
-        help="depths k of the jitted recursion for taylax.jacfwd (default 1..30; empty: skip)",
+        help="depths k of the jitted recursion for taylax.jacfwd (default "
+        f"{_demo_recursion.span(_demo_recursion.RECURSION_KS)}; --full: "
+        f"{_demo_recursion.span(_demo_recursion.FULL_RECURSION_KS)}; empty: skip)",
     )
     demo.add_argument(
         "--jacfwd-ks",
-        type=_benchmark._int_list,
+        type=_depth_list,
         default=None,
-        help="depths k of the jitted recursion for jax.jacfwd (default 1..8; empty: skip)",
+        help="depths k of the jitted recursion for jax.jacfwd (default "
+        f"{_demo_recursion.span(_demo_recursion.JACFWD_KS)}; --full: "
+        f"{_demo_recursion.span(_demo_recursion.FULL_JACFWD_KS)}; empty: skip)",
     )
     demo.set_defaults(handler=_demo)
 
@@ -319,14 +506,27 @@ def _primitives(args: argparse.Namespace) -> int:
         print(text)
         return 0
     path = pathlib.Path(args.write_readme)
-    readme = path.read_text()
+    try:
+        readme = path.read_text(encoding="utf-8")
+    except OSError as error:
+        print(
+            f"taylax primitives: cannot read --write-readme {str(path)!r} "
+            f"({error.strerror or error}). Run it from the repository root, where README.md "
+            "is, or pass the README's path: taylax primitives --write-readme PATH.",
+            file=sys.stderr,
+        )
+        return 1
     start, end = "<!-- primitives:start -->", "<!-- primitives:end -->"
     if start not in readme or end not in readme:
-        print(f"{path} has no `{start}` ... `{end}` markers to write the list between.")
+        print(
+            f"taylax primitives: {path} has no `{start}` ... `{end}` markers to write the "
+            "list between; add them where the list belongs.",
+            file=sys.stderr,
+        )
         return 1
     head, rest = readme.split(start, 1)
     _, tail = rest.split(end, 1)
-    path.write_text(f"{head}{start}\n{text}\n{end}{tail}")
+    path.write_text(f"{head}{start}\n{text}\n{end}{tail}", encoding="utf-8")
     return 0
 
 

@@ -49,9 +49,21 @@ def explain_trace(new: Signature, earlier: Sequence[Signature]) -> Explanation:
     return _nearest(new, earlier, compile_only=False)
 
 
-def explain_compile(new: Signature, earlier: Sequence[Signature]) -> Explanation:
-    """Why `new` was compiled although its trace was reused (placement, usually)."""
+def explain_compile(
+    new: Signature, earlier: Sequence[Signature], cached_placements: Sequence[tuple] = ()
+) -> Explanation:
+    """Why `new` was compiled although its trace was reused (placement, usually).
+
+    `cached_placements`: per lowering that JAX's cache holds for the same jaxpr, each
+    leaf's sharding (None: jit was free to place it). They stand in for the earlier calls
+    when those came before recording started.
+    """
     same = [old for old in earlier if new.same_function(old) and not old.from_jax_cache]
+    if not same:
+        placed = [_placed_like(new, shardings) for shardings in cached_placements]
+        placed = [old for old in placed if old is not None]
+        if placed:
+            return _nearest(new, placed, compile_only=True)
     if same and not any(old.compiled for old in same):
         return Explanation(
             "first_call",
@@ -68,6 +80,21 @@ def explain_compile(new: Signature, earlier: Sequence[Signature]) -> Explanation
             f"with (it was traced before recording started); arguments: {new.describe_args()}",
         )
     return _nearest(new, same, compile_only=True)
+
+
+def _placed_like(new: Signature, shardings: tuple) -> Signature | None:
+    """`new` with each leaf placed as in an earlier lowering (from JAX's cache)."""
+    if len(shardings) != len(new.leaves):
+        return None
+    leaves = tuple(
+        dataclasses.replace(leaf, sharding=None, committed=False, kind="uncommitted value")
+        if sharding is None
+        else dataclasses.replace(leaf, sharding=sharding, committed=True, kind="jax.Array")
+        for leaf, sharding in zip(new.leaves, shardings)
+    )
+    if leaves == new.leaves:
+        return None  # the lowering this call is making, or an identical one
+    return dataclasses.replace(new, leaves=leaves, compiled=True)
 
 
 def differences(new: Signature, old: Signature) -> list[Difference]:
@@ -239,12 +266,90 @@ def _static_differences(new: Signature, old: Signature) -> list[Difference]:
             found.append(
                 Difference(
                     "static_argument",
-                    f"static argument `{label}` changed: {short(before)} -> {short(value)}",
+                    f"static argument `{label}` changed{_change_text(before, value)}",
                 )
             )
     for label in old_static:
         found.append(Difference("static_argument", f"static argument `{label}` is not passed"))
     return found
+
+
+def _change_text(old, new) -> str:
+    """``": old -> new"`` for two unequal values, or ``" at `path`: old -> new"`` naming the
+    first part that changed inside tuples, lists, dicts, dataclasses, objects and pytrees:
+    a static value such as equinox's aux data ``(names, static names, static values)``
+    otherwise reads "a `tuple` object -> a `tuple` object"."""
+    path, a, b = _first_changed_part(old, new, "", 0)
+    return f" at `{path}`: {short(a)} -> {short(b)}" if path else f": {short(a)} -> {short(b)}"
+
+
+def _first_changed_part(old, new, path: str, depth: int):
+    """(path, old part, new part) of the innermost part that explains ``old != new``."""
+    if depth > 8 or type(old) is not type(new):
+        return path, old, new
+    parts = _parts(old, new)
+    if parts is None:
+        return path, old, new
+    for key, a, b in parts:
+        if not _safe_equal(a, b):
+            return _first_changed_part(a, b, path + key, depth + 1)
+    return path, old, new  # equal parts, yet unequal (identity equality): stop here
+
+
+def _parts(old, new) -> list[tuple[str, object, object]] | None:
+    """The parts of two values of one type, each with its key; None for an atom."""
+    if isinstance(old, (tuple, list)) and not _is_namedtuple(type(old)):
+        if len(old) != len(new):
+            return None
+        keys = [f"[{i}]" for i in range(len(old))]
+        # (names, values) side by side, as equinox and flax keep static fields: name them.
+        labelled = list(zip(keys, old, new))
+        for i in range(1, len(old)):
+            names, values = old[i - 1], old[i]
+            if (
+                isinstance(names, tuple)
+                and isinstance(values, tuple)
+                and len(names) == len(values) == len(new[i])
+                and names == new[i - 1]
+                and all(isinstance(n, str) for n in names)
+            ):
+                labelled[i] = ("", _Named(names, values), _Named(names, new[i]))
+        return labelled
+    if isinstance(old, _Named):
+        return [(f".{n}", a, b) for n, a, b in zip(old.names, old.values, new.values)]
+    if isinstance(old, dict):
+        if old.keys() != new.keys():
+            return None
+        return [(f"[{k!r}]", old[k], new[k]) for k in old]
+    if dataclasses.is_dataclass(old) and not isinstance(old, type):
+        return [
+            (f".{f.name}", getattr(old, f.name, None), getattr(new, f.name, None))
+            for f in dataclasses.fields(old)
+        ]
+    if _is_namedtuple(type(old)):
+        return [(f".{n}", getattr(old, n), getattr(new, n)) for n in old._fields]
+    if callable(old):
+        return None  # functions: their name and location say enough
+    old_vars, new_vars = getattr(old, "__dict__", None), getattr(new, "__dict__", None)
+    if (
+        isinstance(old_vars, dict)
+        and isinstance(new_vars, dict)
+        and old_vars.keys() == new_vars.keys()
+    ):
+        return [(f".{k}", old_vars[k], new_vars[k]) for k in old_vars]
+    return None
+
+
+class _Named:
+    """Values with field names (a pair of aux-data tuples), compared field by field."""
+
+    def __init__(self, names: tuple, values: tuple):
+        self.names, self.values = names, values
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Named) and _safe_equal(self.values, other.values)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _same_code(a, b) -> bool:
@@ -306,7 +411,7 @@ def _walk(path: str, new, old) -> Difference:
         return Difference(
             "pytree_aux_data",
             f"argument `{path}`: aux data of the pytree node `{new_type.__qualname__}` "
-            f"changed: {short(old_aux)} -> {short(new_aux)}{hint}",
+            f"changed{_change_text(old_aux, new_aux)}{hint}",
         )
     new_children, old_children = new.children(), old.children()
     if len(new_children) != len(old_children):
@@ -383,12 +488,25 @@ def _leaf_change(a, b) -> list[tuple[str, str]]:
     if known and a.committed != b.committed:
         changes.append(("committed", f"{b.placement_str()} -> {a.placement_str()}"))
     elif a.committed and b.committed and not _safe_equal(a.sharding, b.sharding):
-        changes.append(
-            ("sharding", f"sharding {sharding_str(b.sharding)} -> {sharding_str(a.sharding)}")
-        )
+        old_text, new_text = _sharding_texts(b.sharding, a.sharding)
+        changes.append(("sharding", f"sharding {old_text} -> {new_text}"))
     elif a.shape == b.shape and not _safe_equal(a.aval_sharding, b.aval_sharding):
-        changes.append(("sharding", f"abstract sharding {b.aval_sharding} -> {a.aval_sharding}"))
+        old_text, new_text = _sharding_texts(b.aval_sharding, a.aval_sharding)
+        text = f"sharding in the type {old_text} -> {new_text}"
+        if a.committed is not None and a.sharding is not None:
+            # The type omits mesh axes that are not Explicit: name the concrete placement.
+            text += f"; the argument is now {a.placement_str()}"
+        changes.append(("sharding", text))
     return changes
+
+
+def _sharding_texts(old, new) -> tuple[str, str]:
+    """Short texts of two different shardings, never equal (else a spec-only text would
+    read ``P(None,) -> P(None,)`` for shardings that differ in their mesh or devices)."""
+    old_text, new_text = sharding_str(old), sharding_str(new)
+    if old_text == new_text:
+        old_text, new_text = repr(old), repr(new)
+    return old_text, new_text
 
 
 def _weak_text(old, new) -> str:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _compat
+from . import _hooks
+from ._signature import function_name_and_location
 from ._watch import Watch, _matcher
 
 
@@ -31,7 +34,15 @@ class ExpectCompiles(Watch):
             self.check()
 
     def check(self) -> None:
-        """Raises `CompileBudgetExceeded` (with every compile's cause) if over budget."""
+        """Raises `CompileBudgetExceeded` (with every compile's cause) if over budget, and
+        ValueError if `function` is a name that no jitted function has."""
+        if isinstance(self.function, str) and not self._name_known(self.function):
+            raise ValueError(
+                f"expect_compiles(function={self.function!r}): no jitted function named "
+                f"{self.function!r} was called in this block or before it, so its compiles "
+                "cannot be counted. Check the spelling (the function's __name__ or "
+                "__qualname__), or pass the function object itself."
+            )
         compiles = [e for e in self.events if e.phase == "compile" and self._match(e)]
         if len(compiles) <= self.max:
             return
@@ -40,6 +51,20 @@ class ExpectCompiles(Watch):
         for i, e in enumerate(compiles, 1):
             lines.append(f"  {i}. `{e.function}` ({e.location}): {e.cause}: {e.detail}")
         raise CompileBudgetExceeded("\n".join(lines))
+
+    def _name_known(self, name: str) -> bool:
+        """Whether a jitted function called `name` was seen here, by an earlier watch, or
+        is in JAX's trace cache (its calls may be served by JAX's C++ cache unseen)."""
+        if any(self._match(e) for e in self.events) or _hooks.seen_name(name):
+            return True
+        for fun in _compat.jit_trace_cache_functions():
+            try:
+                known = function_name_and_location(fun)[0]
+            except Exception:  # an odd callable: not the one named
+                continue
+            if name in (known, known.rsplit(".", 1)[-1]):
+                return True
+        return False
 
 
 def expect_compiles(max: int = 1, *, function: Any = None) -> ExpectCompiles:

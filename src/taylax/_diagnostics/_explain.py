@@ -11,6 +11,40 @@ from collections.abc import Sequence
 
 from ._watch import watch
 
+# The narrowest table that still shows a function name and a cause next to each other.
+_MIN_WIDTH = 60
+
+
+def _non_negative_int(text: str) -> int:
+    """argparse type of ``--budget``: an integer >= 0 (argparse names the flag)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of compiles such as 10, but got {text!r}."
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"must be 0 or more (the compiles allowed per function before a warning), "
+            f"but got {value}."
+        )
+    return value
+
+
+def _width(text: str) -> int:
+    """argparse type of ``--width``: a table width of at least ``_MIN_WIDTH`` characters."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of characters such as 120, but got {text!r}."
+        ) from None
+    if value < _MIN_WIDTH:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {_MIN_WIDTH} characters for the table to fit, but got {value}."
+        )
+    return value
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the `explain` command's arguments to `parser`."""
@@ -19,12 +53,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--budget",
-        type=int,
+        type=_non_negative_int,
         default=10,
         help="warn when one function compiles more than this many times (default 10)",
     )
     parser.add_argument(
-        "--width", type=int, default=120, help="width of the report table (default 120)"
+        "--width",
+        type=_width,
+        default=120,
+        help=f"width of the report table, at least {_MIN_WIDTH} (default 120)",
     )
     parser.add_argument("script", metavar="SCRIPT", help="the Python script to run")
     parser.add_argument(
@@ -57,8 +94,10 @@ def explain(
       width: width of the printed table.
 
     Returns:
-      The exit status: the script's own (0 if it ends normally), 1 if it raised, 2 if the
-      script does not exist.
+      The exit status: the script's own (0 if it ends normally; 1 if it raised, or called
+      ``sys.exit`` with a message, which is printed to stderr as Python does), 2 if the
+      script does not exist. If the JSON file cannot be written, a one-line error is
+      printed and the script's status is kept, or 1 if the script succeeded.
 
     Example:
       >>> explain("train.py", ["--steps", "10"], json_path="compiles.json")  # doctest: +SKIP
@@ -80,8 +119,7 @@ def explain(
         with log:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exit_:
-        code = exit_.code
-        status = code if isinstance(code, int) else (0 if code is None else 1)
+        status = _exit_status(exit_.code)
     except BaseException:  # the script failed: still show what it compiled
         traceback.print_exc()
         status = 1
@@ -90,6 +128,28 @@ def explain(
     sys.stdout.flush()
     print(log.report(width=width), end="")
     if json_path is not None:
-        log.to_json(json_path)
+        try:
+            log.to_json(json_path)
+        except OSError as error:
+            # The report is already printed: say what failed without hiding the script's status.
+            reason = error.strerror or str(error)
+            print(
+                f"taylax explain: could not write the JSON log to --json {json_path!r} "
+                f"({reason}); pass a path in an existing, writable folder.",
+                file=sys.stderr,
+            )
+            return status or 1
         print(f"Wrote {json_path}.")
     return status
+
+
+def _exit_status(code: object) -> int:
+    """The process status of ``sys.exit(code)``, printing a message as Python does."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return int(code)
+    # `sys.exit("message")`: Python prints the message to stderr and exits with 1.
+    sys.stdout.flush()
+    print(code, file=sys.stderr)
+    return 1

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from typing import Any
 
 import jax.monitoring
@@ -26,6 +27,7 @@ from .. import _compat
 from ._causes import Explanation, explain_compile, explain_trace
 from ._signature import (
     Signature,
+    attributed_to,
     function_name_and_location,
     is_jax_internal,
     is_taylax_internal,
@@ -58,6 +60,7 @@ class Call:
     explanation: Explanation | None = None
     had_work: bool = False
     ran: bool = False
+    jaxpr_ref: Any = None  # weakref to the traced jaxpr this call runs (set at dispatch)
 
 
 class _State(threading.local):
@@ -216,6 +219,10 @@ def _wrap_run_python_pjit(original):
         if call is not None and call.fun is fun:
             _tls.last = None
             call.ran = True
+            try:
+                call.jaxpr_ref = weakref.ref(params.params["jaxpr"])
+            except Exception:  # explained with less: no lowering-cache lookup
+                pass
             if _tls.traced_only.get(call.name) is call:
                 del _tls.traced_only[call.name]
             scope = call
@@ -262,14 +269,59 @@ def _on_duration(event: str, duration: float, **kwargs) -> None:
 
 
 def _new_call(fun, jit_info, args, kwargs, watchers, *, nested: bool) -> Call:
+    user = _taylax_user_function() if not nested and is_taylax_internal(fun) else None
     try:
         signature = signature_from_call(fun, jit_info, args, kwargs)
+        if user is not None:
+            signature = attributed_to(signature, user)
         name, location, error = signature.name, signature.location, None
     except Exception as exc:  # never let the recorder break a call: explain with less
         signature = None
-        name, location, _ = function_name_and_location(fun)
+        name, location, _ = function_name_and_location(user if user is not None else fun)
         error = f"{type(exc).__name__}: {exc}"
+    _seen_names.add(name)
     return Call(fun, name, location, signature, watchers, nested, error=error)
+
+
+# The names of every function recorded by any watch in this process, so that
+# `expect_compiles(function="name")` can tell a typo from a function served by JAX's C++
+# cache (never seen by Python) after an earlier watch saw it. Names are short strings.
+_seen_names: set[str] = set()
+
+
+def seen_name(name: str) -> bool:
+    """Whether a function named `name` (or ending in ``.name``) was ever recorded."""
+    return any(name in (seen, seen.rsplit(".", 1)[-1]) for seen in _seen_names)
+
+
+# The locals that taylax's entry points keep the user's function in (their argument name).
+_USER_FUNCTION_NAMES = ("fun", "f", "func", "fn", "function")
+
+
+def _taylax_user_function():
+    """The user's function of the taylax call in progress (eager `derivatives(f, k)(x)`,
+    `derivative(f)(x)`, ...), found in the locals of taylax's frames nearest to the user's
+    code; None if there is none. Its internal jitted programs are reported under it."""
+    frame = sys._getframe(2)
+    taylax_frames = []
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "") or ""
+        if module.startswith("taylax.") and not module.startswith("taylax._diagnostics"):
+            taylax_frames.append(frame)
+        elif not (
+            module in ("jax", "functools", "contextlib")
+            or module.startswith(("jax.", "jaxlib", "taylax._diagnostics"))
+        ):
+            break  # the user's code
+        frame = frame.f_back
+    for frame in reversed(taylax_frames):  # nearest to the user's code first
+        local = frame.f_locals
+        for key in _USER_FUNCTION_NAMES:
+            candidate = local.get(key)
+            if callable(candidate) and not isinstance(candidate, type):
+                if not is_taylax_internal(candidate):
+                    return candidate
+    return None
 
 
 def _remember(call: Call) -> None:
@@ -291,7 +343,7 @@ def _earlier(sig: Signature) -> list[Signature]:
     if not any(sig.same_function(old) for old in seen):
         # Calls made before recording started: ask JAX's trace cache, minus this call.
         fun = sig.fun()
-        if fun is not None:
+        if fun is not None and not sig.attributed:  # JAX never saw the user's function
             key = sig.trace_key()
             cached = [old for old in signatures_from_jax_cache(fun) if old.trace_key() != key]
             seen = cached + seen
@@ -306,7 +358,18 @@ def _explain(call: Call) -> Explanation:
     earlier = _earlier(call.signature)
     if call.traced:
         return explain_trace(call.signature, earlier)
-    return explain_compile(call.signature, earlier)
+    return explain_compile(call.signature, earlier, _cached_placements(call))
+
+
+def _cached_placements(call: Call) -> list[tuple]:
+    """Per earlier lowering of this call's jaxpr (JAX's own cache): each leaf's sharding,
+    None where jit was free to place it. Covers calls made before recording started."""
+    jaxpr = call.jaxpr_ref() if call.jaxpr_ref is not None else None
+    if jaxpr is None:
+        return []
+    n = len(call.signature.leaves)
+    # The cache's shardings cover the jaxpr's consts first, then the dynamic arguments.
+    return [shardings[-n:] if n else () for shardings in _compat.jit_lowering_in_shardings(jaxpr)]
 
 
 def _emit(call: Call, phase: str, seconds: float) -> None:

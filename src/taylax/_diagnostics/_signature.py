@@ -44,6 +44,8 @@ class Leaf:
         """Where the value lives, in words (used for `committed` details)."""
         if self.kind in ("Python scalar", "NumPy array"):
             return f"a {self.kind} (uncommitted: jit may place it)"
+        if self.kind == "uncommitted value":  # an earlier call known from JAX's cache
+            return "an uncommitted value (a NumPy array, Python scalar or uncommitted jax.Array)"
         if self.committed is None:
             return f"a {self.kind}"
         state = "committed to" if self.committed else "uncommitted, on"
@@ -67,11 +69,15 @@ class Signature:
     from_jax_cache: bool = False
     captured: tuple[tuple[str, Any], ...] = ()  # closure cells / partial arguments
     compiled: bool = False  # set once this call lowered or compiled at top level
+    attributed: bool = False  # a taylax-internal program reported as the user's function
+
+    internal: str = ""  # the taylax program's name when `attributed`
 
     @property
-    def key(self) -> tuple[str, str]:
-        """The function's identity across re-created objects: name and code location."""
-        return (self.name, self.location)
+    def key(self) -> tuple[str, str, str]:
+        """The function's identity across re-created objects: name and code location (and
+        which taylax program, for one reported as the user's function)."""
+        return (self.name, self.location, self.internal)
 
     def fun(self):
         """The function object if it is still alive, else None."""
@@ -280,6 +286,33 @@ def _build(
     )
 
 
+# Stands for the jit options of an attributed call: taylax makes one jitted program per
+# program structure on purpose, so only the user's function object tells calls apart.
+_ATTRIBUTED = object()
+
+
+def attributed_to(signature: Signature, fun) -> Signature:
+    """`signature` of one of taylax's internal jitted programs, reported as `fun`'s: the
+    user's function whose derivatives it computes (its name, location and identity)."""
+    name, location, kind = function_name_and_location(fun)
+    try:
+        fun_ref = weakref.ref(fun)
+    except TypeError:
+        fun_ref = None
+    return dataclasses.replace(
+        signature,
+        name=name,
+        location=location,
+        kind=kind,
+        fun_id=id(fun),
+        fun_ref=fun_ref,
+        jit_info=_ATTRIBUTED,
+        captured=captured_values(fun),
+        attributed=True,
+        internal=f"{signature.name} ({signature.location})",
+    )
+
+
 class Opaque:
     """A captured value that is not kept (it may be large): its type and, if possible, a
     weak reference, so that "same object" can still be told apart from "changed"."""
@@ -374,9 +407,13 @@ def _leaf_from_aval(aval, *, kind="value", sharding=None, committed=None) -> Lea
 
 
 def sharding_str(sharding) -> str:
+    """A short text of a sharding: its device, or its mesh shape and spec."""
     if sharding is None:
         return "no sharding"
-    devices = getattr(sharding, "_device_assignment", None) or ()
+    try:
+        devices = getattr(sharding, "_device_assignment", None) or ()
+    except Exception:  # an abstract mesh has no devices
+        devices = ()
     if type(sharding).__name__ == "SingleDeviceSharding" and len(devices) == 1:
         return f"device {devices[0]}"
     spec = getattr(sharding, "spec", None)
