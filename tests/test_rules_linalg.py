@@ -275,16 +275,19 @@ def test_eigvals_of_a_2x2_matrix_match_the_closed_form():
     np.testing.assert_array_equal(np.imag(np.asarray(eigenvalues)), 0.0)
 
 
-def test_solve_program_size_does_not_grow_with_order():
+def test_solve_program_size_grows_at_most_linearly_with_order():
     x = np.asarray(_RNG.normal(size=(4, 4)))
     v = direction("count", (4, 4), "float64")
 
     def f(x):
         return jnp.linalg.solve(_mat(x), jnp.cos(x[:, 0]))
 
-    counts = [equation_counts(jax.make_jaxpr(taylax.derivatives(f, k))(x, v)) for k in (4, 16)]
+    counts = [equation_counts(jax.make_jaxpr(taylax.derivatives(f, k))(x, v)) for k in (4, 16, 32)]
     assert counts[0]["custom_linear_solve"] >= 1  # the solve is re-bound, not expanded
-    assert sum(counts[0].values()) == sum(counts[1].values()), counts
+    # One solve whatever the order; products are shifted sums, a few equations per order.
+    assert all(c["custom_linear_solve"] == counts[0]["custom_linear_solve"] for c in counts)
+    small, middle, large = (sum(c.values()) for c in counts)
+    assert large - middle <= (middle - small) * 16 / 12 + 4, (small, middle, large)
 
 
 @pytest.mark.parametrize(

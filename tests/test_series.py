@@ -6,6 +6,8 @@ takes the closed form along a line. Composing it after an inner function
 recurrences (push-form loops, composition, chunking).
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import jax.scipy.special as jsp
@@ -74,8 +76,28 @@ def test_rule_on_full_series(name):
     assert_series_close(taylax.derivatives(f, 6)(x, v), nested_jvp_derivatives(f, x, v, 6))
 
 
+# The recurrences run unrolled up to `ks.UNROLL_MAX_ORDER` and as loops above it. The table
+# above runs unrolled (order 6); these rules also run through their loops (forced at order 5
+# by setting the threshold to 0; a different order, so no cached program is reused).
+LOOP_CASES = ("exp", "sin", "tanh", "log", "sqrt", "pow_2.5", "reciprocal", "div", "atan", "mul")
+
+
+@pytest.mark.parametrize("name", LOOP_CASES)
+def test_rule_on_full_series_through_loops(name, monkeypatch):
+    monkeypatch.setattr(ks, "UNROLL_MAX_ORDER", 0)
+    outer = OUTER[name]
+
+    def f(x):
+        return outer(inner(x))
+
+    x = jnp.array([0.3, -0.7, 1.2])
+    v = jnp.array([1.0, -0.5, 0.8])
+    assert_series_close(taylax.derivatives(f, 5)(x, v), nested_jvp_derivatives(f, x, v, 5))
+
+
 def test_chunked_path_matches_unchunked():
-    # 4096 elements at order 6 run chunk by chunk; 8 elements do not.
+    # Above the unrolling threshold, 4096 elements run their loops chunk by chunk; 8 do not.
+    order = ks.UNROLL_MAX_ORDER + 2
     key = jax.random.key(0)
     x = jax.random.uniform(key, (64, 64), minval=-1.0, maxval=1.0)
     v = jax.random.normal(jax.random.key(1), (64, 64))
@@ -83,11 +105,31 @@ def test_chunked_path_matches_unchunked():
     def f(x):
         return jnp.tanh(inner(x)) * jnp.log(inner(x))
 
-    big = taylax.derivatives(f, 6)(x, v)
+    big = taylax.derivatives(f, order)(x, v)
     small = jnp.stack(
-        [taylax.derivatives(f, 6)(x[i, :8], v[i, :8]) for i in range(0, 64, 16)], axis=1
+        [taylax.derivatives(f, order)(x[i, :8], v[i, :8]) for i in range(0, 64, 16)], axis=1
     )
     np.testing.assert_allclose(big[:, ::16, :8], small, rtol=1e-12, atol=1e-12)
+
+
+def test_powers_are_exact_products():
+    x = jnp.array([0.0, -2.0, 0.5, 3.0])
+    for order in (0, 1, 2, 5, 8, 13):
+        want = np.stack([np.asarray(x) ** k for k in range(order + 1)])
+        np.testing.assert_allclose(ks.powers(x, order), want, rtol=1e-15)
+    with np.errstate(divide="ignore"):
+        want = np.stack([np.asarray(x) ** -float(k) for k in range(6)])
+    np.testing.assert_allclose(ks.powers(x, 5, sign=-1), want, rtol=1e-15)
+
+
+@pytest.mark.parametrize("p", [10, 3, 0, -1, -4])
+def test_integer_exponent_powers_match_pow(p):
+    # x0^(p-m) for m = 0..order; at 0 the negative exponents are inf, as pow gives.
+    x0 = jnp.array([0.0, -1.5, 0.7, 2.0])
+    order = 6
+    got = ks.integer_exponent_powers(x0, p, order)
+    want = jax.lax.pow(jnp.broadcast_to(x0, (order + 1, 4)), (p - jnp.arange(order + 1.0))[:, None])
+    np.testing.assert_allclose(got, want, rtol=1e-14)
 
 
 def test_cauchy_matches_polynomial_product():
@@ -112,3 +154,74 @@ def test_degrees_are_tracked():
     square = ks.cauchy(seed.coeffs, seed.coeffs, 10)
     assert ks.degree_of(square) == 2
     assert ks.degree_of(ks.cauchy(square, square, 3)) == 3
+
+
+# What XLA makes of the emitted programs, pinned by the compiled HLO (deterministic for a
+# given XLA; timings are not asserted anywhere in the tests). `benchmarks/bench_batched.py`
+# measures what these structures buy.
+
+
+def _compiled_module(fn, *args) -> str:
+    return jax.jit(fn).lower(*args).compile().as_text()
+
+
+def _count_ops(hlo: str, opcode: str) -> int:
+    return len(re.findall(rf"= \S+ {opcode}\(", hlo))
+
+
+def damped_wave(t):
+    return jnp.exp(-(t**2) / 2) * jnp.cos(3 * t) / (1 + t**2)
+
+
+def test_batched_chain_has_no_loops_tables_or_pow():
+    # Unrolled recurrences, shifted-sum products and powers by products: straight-line
+    # kernels, no while loop, no (N, K+1, K+1) table, no pow, no reduce-window.
+    order = ks.UNROLL_MAX_ORDER
+    t = jnp.linspace(0.5, 1.5, 256)
+    hlo = _compiled_module(jax.vmap(taylax.derivatives(damped_wave, order)), t)
+    assert "while" not in hlo
+    for opcode in ("power", "reduce-window", "dot", "gather", "scatter"):
+        assert _count_ops(hlo, opcode) == 0, opcode
+    assert f"[256,{order + 1},{order + 1}]" not in hlo
+
+
+def test_transcendentals_are_computed_once_per_element():
+    # XLA:CPU copies cheap producers (real sin and cos) into every kernel that reads them;
+    # `ks.computed_once` keeps each to one evaluation per element, for all K+1 coefficients.
+    def f(t):
+        return jnp.sin(t) * jnp.cos(2 * t) * jnp.exp(jnp.sin(t))
+
+    t = jnp.linspace(0.5, 1.5, 256)
+    hlo = _compiled_module(jax.vmap(taylax.derivatives(f, ks.UNROLL_MAX_ORDER)), t)
+    # sin(t) twice in the program (CSE merges it in the jaxpr only within one rule).
+    assert _count_ops(hlo, "sine") <= 2
+    assert _count_ops(hlo, "cosine") <= 2
+    assert _count_ops(hlo, "exponential") == 1
+
+
+def test_constant_direction_needs_no_cumulative_product():
+    # A constant direction inside jit once made XLA constant-fold a reduce-window over
+    # (K, N) for minutes; powers are products now, and nothing in the program is a
+    # cumulative product or a pow.
+    def f(t):
+        return 0.3 * jnp.sin(t) * t**10
+
+    jaxpr = jax.make_jaxpr(lambda t: taylax.derivatives(f, 16)(t, jnp.ones_like(t)))(
+        jnp.linspace(0.5, 1.5, 64)
+    )
+    counts = taylax.equation_counts(jaxpr)
+    for name in ("cumprod", "cumsum", "reduce_window", "pow"):
+        assert counts.get(name, 0) == 0, (name, counts)
+
+
+def test_product_is_a_shifted_sum_linear_in_the_degree():
+    def product_jaxpr(degree):
+        a = jnp.ones((degree + 1, 8))
+        return jax.make_jaxpr(lambda a, b: ks.cauchy(a, b, degree))(a, a)
+
+    small, large = product_jaxpr(8), product_jaxpr(32)
+    # No Toeplitz table: every intermediate has the operands' rank (K+1, 8).
+    assert all(v.aval.ndim <= 2 for e in large.jaxpr.eqns for v in e.outvars)
+    # A few equations per coefficient of the lower-degree factor.
+    grow = len(large.jaxpr.eqns) - len(small.jaxpr.eqns)
+    assert 0 < grow <= 4 * (32 - 8), grow

@@ -92,6 +92,30 @@ class Series:
 # --------------------------------------------------------------------------
 
 
+def opaque_one(source: Array) -> Array:
+    """An array of ones shaped like `source` that XLA cannot fold to the constant 1.
+
+    `1 + 0 [source == source]`: the comparison is false for nan, so XLA cannot assume
+    it, and `0 y` is not folded for floats. Exactly 1 for every value of `source`.
+    """
+    dtype = jnp.result_type(source)
+    real = real_dtype(dtype) if jnp.issubdtype(dtype, np.inexact) else jnp.float32
+    same = lax.convert_element_type(source == source, real)
+    return 1 + jnp.zeros((), real) * same
+
+
+def computed_once(value: Array, one: Array) -> Array:
+    """`value` unchanged, marked so that XLA computes it once instead of in every reader.
+
+    XLA copies cheap elementwise producers (sin, cos, products and sums) into each kernel
+    that reads them, and a Taylor kernel reads a coefficient once per later coefficient:
+    the copies make it O(K^3). XLA does not copy an expensive producer such as a
+    division, so `value / one` (with `one = opaque_one(...)`, exactly 1) is computed
+    once into a buffer that the readers share.
+    """
+    return value / one.astype(jnp.result_type(value))
+
+
 def degree_of(c: Array) -> int:
     return c.shape[0] - 1
 
@@ -103,6 +127,11 @@ def pad_degree(c: Array, degree: int) -> Array:
         return c
     config = [(0, extra, 0)] + [(0, 0, 0)] * (c.ndim - 1)
     return lax.pad(c, jnp.zeros((), c.dtype), config)
+
+
+def pad_degree_low(c: Array) -> Array:
+    """Prepend one zero coefficient: `r_0 = 0`, `r_k = c_{k-1}`."""
+    return shift(c, 1, degree_of(c) + 1)
 
 
 def shift(c: Array, by: int, degree: int) -> Array:
@@ -140,14 +169,19 @@ def zeros_series(shape, dtype, degree: int) -> Array:
 
 
 def with_primal(c: Array, primal: Array) -> Array:
-    """Replace coefficient 0 (the primal) of a stacked series."""
-    primal = jnp.broadcast_to(jnp.asarray(primal, c.dtype), c.shape[1:])
-    return lax.dynamic_update_slice(c, primal[None], [0] * c.ndim)
+    """Replace coefficient 0 (the primal) of a stacked series.
+
+    A select against the coefficient index, not a `dynamic_update_slice`: it fuses
+    into its consumers, and under `vmap` it does not become a scatter.
+    """
+    primal = lax.broadcast_in_dim(jnp.asarray(primal, c.dtype), c.shape, tuple(range(1, c.ndim)))
+    first = lax.broadcasted_iota(np.int32, c.shape, 0) == 0
+    return lax.select(first, primal, c)
 
 
 def stack_primal(primal: Array, rest: Array) -> Array:
-    """Stack a primal in front of coefficients 1..d."""
-    return lax.concatenate([jnp.asarray(primal, rest.dtype)[None], rest], 0)
+    """Stack a primal in front of coefficients 1..d (a pad and a select: fusable)."""
+    return with_primal(pad_degree_low(rest), primal)
 
 
 # --------------------------------------------------------------------------
@@ -175,7 +209,12 @@ def toeplitz(b: Array, rows: int, cols: int) -> Array:
 def cauchy(a: Array, b: Array, order: int) -> Array:
     """Elementwise product of two stacked series, truncated at `order`.
 
-    `c_k = sum_{i} a_i b_{k-i}`. Scalar series broadcast like lax does.
+    `c_k = sum_{i} a_i b_{k-i}`, as a shifted sum: `c = sum_i a_i * (s^i b)`, one
+    broadcast product of a slice and a pad per coefficient of the lower-degree factor.
+    XLA fuses the whole sum into one loop kernel that streams both operands once, with
+    no table materialized; under `vmap` it stays elementwise. Scalar series broadcast
+    like lax does. The program grows linearly in the lower degree (a few equations per
+    coefficient).
     """
     ndim = max(a.ndim, b.ndim) - 1
     a, b = lift(a, ndim), lift(b, ndim)
@@ -185,20 +224,17 @@ def cauchy(a: Array, b: Array, order: int) -> Array:
         a, b, da, db = b, a, db, da
     if da == 0:
         return pad_degree(a * b, degree) if db > degree else a * b
-    if da <= 2:
-        # Low-degree factors (seeds, squares of seeds): a few shifted products.
-        out = None
-        for i in range(da + 1):
-            if i > degree:
-                break
-            term = lax.index_in_dim(a, i, keepdims=True) * shift(b, i, degree)
-            out = term if out is None else out + term
-        return out
-    table = toeplitz(b, degree + 1, da + 1)  # (degree+1, da+1, *S)
-    if a.ndim == 1:
-        # Scalars: one matrix-vector product.
-        return lax.dot_general(table, a, (((1,), (0,)), ((), ())))
-    return jnp.sum(a[None] * table, axis=1)
+    terms = min(da, degree) + 1
+    # One zero-padded copy of `b` whose slices are its shifts: `s^i b = padded[n-i : n-i+degree+1]`.
+    n = terms - 1
+    padded = lax.pad(b, jnp.zeros((), b.dtype), [(n, max(0, degree - db), 0)] + [(0, 0, 0)] * ndim)
+    out = None
+    for i in range(terms):
+        term = lax.index_in_dim(a, i, keepdims=True) * lax.slice_in_dim(
+            padded, n - i, n - i + degree + 1
+        )
+        out = term if out is None else out + term
+    return out
 
 
 def cauchy_bilinear(op: Callable[[Array, Array], Array], a: Array, b: Array, order: int) -> Array:
@@ -297,11 +333,44 @@ def push_window(source: Array, m, order: int, offset: int) -> Array:
 # which XLA:CPU runs an order of magnitude slower for arrays.
 
 
+# Recurrences up to this order run unrolled, one coefficient at a time: straight-line
+# elementwise code that XLA fuses into one kernel per output, with every coefficient
+# computed once per element (a loop sweeps the whole stacked state once per step).
+# Above it, the loop: unrolled pull form emits O(order^2) equations.
+UNROLL_MAX_ORDER = 8
+
+
+def unrolled(order: int) -> bool:
+    return order <= UNROLL_MAX_ORDER
+
+
+def _rows(c: Array, count: int) -> list[Array]:
+    """The first `count` coefficients of a stacked array, as a list (zeros past its degree)."""
+    rows = [lax.index_in_dim(c, k, keepdims=False) for k in range(min(count, c.shape[0]))]
+    return rows + [None] * (count - len(rows))
+
+
+def _dot_rows(pairs) -> Array | None:
+    total = None
+    for u, v in pairs:
+        if u is None or v is None:
+            continue
+        term = u * v
+        total = term if total is None else total + term
+    return total
+
+
+def _stack_rows(rows: list[Array], shape, dtype) -> Array:
+    return jnp.stack([jnp.broadcast_to(jnp.asarray(r, dtype), shape) for r in rows])
+
+
 def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array]:
     """Solve `Y' = x' (M Y)` for a small constant matrix `M` (exp, sin/cos, sinh/cosh).
 
     `k y_k = sum_{m<k} u_{k-1-m} (M y)_m` with `u = x'`.
     """
+    if unrolled(order):
+        return _linear_ode_unrolled(x, y0s, matrix, order)
     x = pad_degree(x, order)
     dtype = jnp.result_type(x, *y0s)
     shape = jnp.broadcast_shapes(x.shape[1:], *[jnp.shape(y0) for y0 in y0s])
@@ -331,6 +400,39 @@ def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array
     return fori(order, body, (ys, accs))[0]
 
 
+def _linear_ode_unrolled(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array]:
+    dtype = jnp.result_type(x, *y0s)
+    shape = jnp.broadcast_shapes(x.shape[1:], *[jnp.shape(y0) for y0 in y0s])
+    # j x_j for j = 1..order (the derivative's coefficients, shifted by one).
+    xs = _rows(x.astype(dtype), order + 1)
+    jx = [None] + [None if xs[j] is None else xs[j] * float(j) for j in range(1, order + 1)]
+    ys = [[jnp.asarray(y0, dtype)] for y0 in y0s]
+    mixed: list[list] = [[] for _ in y0s]  # (M y)_m per output
+    one = opaque_one(xs[0])
+
+    def mix(i, m):
+        total = None
+        for j, row in enumerate(matrix[i]):
+            if row == 0:
+                continue
+            term = ys[j][m] if row == 1 else ys[j][m] * float(row)
+            total = term if total is None else total + term
+        return total
+
+    for k in range(1, order + 1):
+        for i in range(len(y0s)):
+            mixed[i].append(mix(i, k - 1))
+        new = []
+        for i in range(len(y0s)):
+            acc = _dot_rows((jx[j], mixed[i][k - j]) for j in range(1, k + 1))
+            new.append(
+                jnp.zeros(shape, dtype) if acc is None else computed_once(acc / float(k), one)
+            )
+        for i, value in enumerate(new):
+            ys[i].append(value)
+    return [_stack_rows(y, shape, dtype) for y in ys]
+
+
 def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
     """`q = a / b`: `q_k = (a_k - sum_{j<k} b_{k-j} q_j) / b_0`."""
     if degree_of(b) == 0:
@@ -340,6 +442,21 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
     a, b = lift(a, ndim), lift(b, ndim)
     shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
     dtype = jnp.result_type(a, b)
+    if unrolled(order):
+        a_rows = _rows(a.astype(dtype), order + 1)
+        b_rows = _rows(b.astype(dtype), order + 1)
+        q = [a_rows[0] / b_rows[0] if q0 is None else jnp.asarray(q0, dtype)]
+        one = opaque_one(b_rows[0])
+        for k in range(1, order + 1):
+            known = _dot_rows((b_rows[j], q[k - j]) for j in range(1, k + 1))
+            top = a_rows[k]
+            if known is not None:
+                top = -known if top is None else top - known
+            if top is None:
+                q.append(jnp.zeros(shape, dtype))
+                continue
+            q.append(computed_once(top / b_rows[0], one))
+        return _stack_rows(q, shape, dtype)
     a = jnp.broadcast_to(pad_degree(a, order), (order + 1,) + shape).astype(dtype)
     b = jnp.broadcast_to(pad_degree(b, order), (order + 1,) + shape).astype(dtype)
     b0 = b[0]
@@ -361,9 +478,29 @@ def power(x: Array, p, y0: Array, order: int) -> Array:
     Divides by `x_0`: callers that need nested jvp's values at `x_0 = 0` use
     `compose` there.
     """
-    x = pad_degree(x, order)
     dtype = jnp.result_type(x, y0)
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(y0), jnp.shape(p))
+    if unrolled(order):
+        xs = _rows(x.astype(dtype), order + 1)
+        x0 = jnp.asarray(xs[0], dtype)
+        ys = [jnp.asarray(y0, dtype)]
+        one = opaque_one(x0)
+        for k in range(1, order + 1):
+            terms = []
+            for m in range(k):
+                j = k - m
+                if xs[j] is None:
+                    continue
+                weight = p * float(j) - float(m)
+                terms.append((xs[j], ys[m] * weight))
+            acc = _dot_rows(terms)
+            ys.append(
+                jnp.zeros(shape, dtype)
+                if acc is None
+                else computed_once(acc / (float(k) * x0), one)
+            )
+        return _stack_rows(ys, shape, dtype)
+    x = pad_degree(x, order)
     x = jnp.broadcast_to(x, (order + 1,) + shape).astype(dtype)
     ks = orders(order, len(shape), dtype)
     jx_source = forward_source(ks * x, order, 0)
@@ -475,19 +612,57 @@ def along_line(x: Array, taylor_coeffs: Array, order: int) -> Array:
 
 
 def powers(x: Array, order: int, sign: int = 1) -> Array:
-    """`x^(sign k)` for k = 0..order, stacked.
+    """`x^(sign k)` for k = 0..order, stacked, by repeated doubling of products.
 
-    Small real arrays use one `pow` (exact for integer exponents, 0^0 = 1,
-    negative bases fine), which compiles much faster than a cumulative
-    product; larger arrays and complex ones use repeated products, cheaper to
-    run than `pow`'s exp/log per element.
+    `[x^0 .. x^(2n-1)] = [P, P * x^n]` for `P = [x^0 .. x^(n-1)]`: log2(order) steps of
+    multiplications, no `pow` (an exp and a log per element) and no cumulative product
+    (a reduce-window that XLA constant-folds slowly when `x` is a constant). Exact at
+    0 (`0^0 = 1`) and for negative bases.
     """
     dtype = jnp.result_type(x)
-    if jnp.size(x) <= 64 and not jnp.issubdtype(dtype, np.complexfloating):
-        ks = orders(order, jnp.ndim(x), dtype) * sign
-        return lax.pow(jnp.broadcast_to(x, ks.shape[:1] + jnp.shape(x)), ks.astype(dtype))
-    base = jnp.broadcast_to(x if sign > 0 else 1 / x, (order,) + jnp.shape(x))
-    return lax.concatenate([jnp.ones((1,) + jnp.shape(x), dtype), jnp.cumprod(base, 0)], 0)
+    x = jnp.asarray(x, dtype)
+    base = x if sign > 0 else 1 / x
+    out = jnp.ones((1,) + jnp.shape(x), dtype)
+    if order == 0:
+        return out
+    out = lax.concatenate([out, base[None]], 0)
+    while out.shape[0] < order + 1:
+        n = out.shape[0]
+        top = out[n - 1] * base  # x^n
+        out = lax.concatenate([out, out[: order + 1 - n] * top[None]], 0)
+    return out
+
+
+def _integer_valued(p) -> int | None:
+    """`p` as a Python int when it is a concrete integer-valued scalar, else None."""
+    try:
+        value = np.asarray(p)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return None
+    if value.ndim or not np.isfinite(value) or float(value) != int(value):
+        return None
+    return int(value)
+
+
+def integer_exponent_powers(x0: Array, p: int, order: int) -> Array:
+    """`x0^(p-m)` for m = 0..order and an integer `p`, by products (no `pow`).
+
+    Negative exponents divide once (`1/x0`), so `x0 = 0` gives the same infinities
+    `pow` gives there.
+    """
+    dtype = jnp.result_type(x0)
+    parts = []
+    if p >= 0:
+        top = min(p, order)
+        scale = lax.integer_pow(x0, p - top) if p > top else None
+        falling = lax.rev(powers(x0, top), (0,))  # x0^(top-m)
+        parts.append(falling if scale is None else falling * scale[None])
+        if order > p:
+            parts.append(powers(x0, order - p, sign=-1)[1:])  # x0^-1, x0^-2, ...
+    else:
+        parts.append(powers(x0, order, sign=-1) * lax.integer_pow(x0, p)[None])
+    out = parts[0] if len(parts) == 1 else lax.concatenate(parts, 0)
+    return out.astype(dtype)
 
 
 def falling_factorials(p, order: int, shape, dtype) -> Array:
@@ -516,6 +691,16 @@ def exp_like_power_coeffs(p, x0: Array, order: int) -> Array:
     dtype = jnp.result_type(x0)
     shape = jnp.broadcast_shapes(jnp.shape(x0), jnp.shape(p))
     falling = falling_factorials(p, order, shape, dtype)
+    integer_p = _integer_valued(p)
+    if integer_p is not None:
+        # Products instead of one `pow` per coefficient: the same values up to rounding,
+        # an order of magnitude cheaper to run.
+        x0 = jnp.broadcast_to(jnp.asarray(x0, dtype), shape)
+        return (
+            falling
+            / factorials(order, len(shape), dtype)
+            * integer_exponent_powers(x0, integer_p, order)
+        )
     steps = jnp.broadcast_to(jnp.asarray(p, dtype), shape)[None] - orders(order, len(shape), dtype)
     base = jnp.broadcast_to(x0, steps.shape).astype(dtype)
     return falling / factorials(order, len(shape), dtype) * lax.pow(base, steps)

@@ -34,15 +34,10 @@ def _product(order, x, y):
     return Series(ks.cauchy(a, b, order))
 
 
-_product_chunked = chunked(_product)
-
-
 @register_rule(lax.mul_p)
 def _mul(order, x, y, **params):
-    # A constant or low-degree factor costs a few shifted products: no chunking needed.
-    if x.is_constant or y.is_constant or min(x.degree, y.degree) <= 2:
-        return _product(order, x, y)
-    return _product_chunked(order, x, y)
+    # A shifted sum streams its operands once: it needs no chunking on large arrays.
+    return _product(order, x, y)
 
 
 @register_rule(lax.square_p)

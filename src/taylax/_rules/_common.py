@@ -11,7 +11,7 @@ from jax import lax
 
 from .._compat import Primitive
 from .._interpret import register_rule
-from .._series import Series, lift, pad_degree, with_primal
+from .._series import Series, lift, pad_degree, unrolled, with_primal
 
 
 def is_inexact(x: Series) -> bool:
@@ -124,7 +124,8 @@ def chunked(rule):
         shape = tuple(jnp.broadcast_shapes(*[x.shape for x in xs]))
         size = int(np.prod(shape)) if shape else 1
         width = chunk_size(order)
-        if order < 2 or size < 2 * width or all(x.is_constant for x in xs):
+        # Unrolled recurrences are straight-line elementwise code: nothing to chunk.
+        if unrolled(order) or size < 2 * width or all(x.is_constant for x in xs):
             return rule(order, *xs, **params)
         count = -(-size // width)
         padded = count * width

@@ -39,6 +39,26 @@ def _scaled(values, order: int):
     return tiled / ks.factorials(order, len(shape) - 1, tiled.dtype)
 
 
+def _trig_cycle(sin0, cos0, index: int, order: int):
+    """`d^k/dx^k sin` (index 0) or `cos` (index 1) at `x0`, over `k!`, as ONE small matmul.
+
+    The constant `(order+1, 2)` matrix of signed `1/k!` times the stacked `[sin, cos]`:
+    XLA:CPU counts real sin/cos as cheap and would recompute them inside every fused
+    consumer, once per coefficient and per use; a dot is its own kernel, so the two
+    transcendentals are evaluated once per element. Real only: sin/cos are bounded, so
+    the zero entries of the matrix never meet an inf.
+    """
+    start = 0 if index == 0 else 1
+    table = np.zeros((order + 1, 2))
+    inverse_factorial = 1.0
+    for k in range(order + 1):
+        inverse_factorial /= max(k, 1)
+        phase = (start + k) % 4  # sin, cos, -sin, -cos
+        table[k, phase % 2] = inverse_factorial if phase < 2 else -inverse_factorial
+    stacked = jnp.stack([sin0, cos0])
+    return jnp.tensordot(jnp.asarray(table, stacked.dtype), stacked, axes=1)
+
+
 def univariate(prim, line_coeffs, general, line_max_order: int | None = None):
     """Register `prim` with a closed form along a line and an ODE rule otherwise.
 
@@ -90,17 +110,32 @@ univariate(
 )
 
 
+def sin_cos(x0):
+    """`(sin x0, cos x0)`, each evaluated once per element by XLA.
+
+    XLA:CPU counts real sin and cos as cheap, so it copies them into every kernel that
+    reads them, and a Taylor rule reads them once per coefficient: the copies cost more
+    than the rest of the arithmetic. `ks.computed_once` makes XLA compute them once.
+    """
+    one = ks.opaque_one(x0)
+    return ks.computed_once(lax.sin(x0), one), ks.computed_once(lax.cos(x0), one)
+
+
 def _pair(kind: str, index: int):
     matrix = [[0, 1], [-1, 0]] if kind == "trig" else [[0, 1], [1, 0]]
-    first, second = (lax.sin, lax.cos) if kind == "trig" else (lax.sinh, lax.cosh)
+
+    def first_second(x0):
+        return sin_cos(x0) if kind == "trig" else (lax.sinh(x0), lax.cosh(x0))
 
     def general(order, x):
-        ys = ks.linear_ode(x.coeffs, [first(x.primal), second(x.primal)], matrix, order)
+        ys = ks.linear_ode(x.coeffs, list(first_second(x.primal)), matrix, order)
         return Series(ys[index])
 
     def line(x0, order):
-        a, b = first(x0), second(x0)
+        a, b = first_second(x0)
         if kind == "trig":
+            if not jnp.issubdtype(jnp.result_type(x0), np.complexfloating):
+                return _trig_cycle(a, b, index, order)
             cycle = [a, b, -a, -b] if index == 0 else [b, -a, -b, a]
         else:
             cycle = [a, b] if index == 0 else [b, a]
@@ -174,7 +209,7 @@ def _logistic(order, x, **params):
 
 
 def _tan(order, x):
-    s, c = ks.linear_ode(x.coeffs, [lax.sin(x.primal), lax.cos(x.primal)], [[0, 1], [-1, 0]], order)
+    s, c = ks.linear_ode(x.coeffs, list(sin_cos(x.primal)), [[0, 1], [-1, 0]], order)
     return Series(ks.divide(s, c, order, q0=lax.tan(x.primal)))
 
 
