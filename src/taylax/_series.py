@@ -522,7 +522,13 @@ def power(x: Array, p, y0: Array, order: int) -> Array:
 
 
 def tanh(x: Array, y0: Array, order: int) -> Array:
-    """`tanh(x) = s (1 - e) / (1 + e)` with `e = exp(-2 s x)`, `s = sign(x_0)`: no overflow."""
+    """`tanh(x) = s (1 - e) / (1 + e)` with `e = exp(-2 s x)`, `s = sign(x_0)`: no overflow.
+
+    Unrolled (small orders), its Riccati equation instead: `y' = z x'` with
+    `z = 1 - y^2`, one recurrence instead of an exponential and a division.
+    """
+    if unrolled(order):
+        return _tanh_riccati(x, y0, order)
     x = pad_degree(x, order)
     sign = jnp.where(x[0] >= 0, 1, -1).astype(x.dtype)
     z = -2 * sign * x
@@ -531,6 +537,33 @@ def tanh(x: Array, y0: Array, order: int) -> Array:
     den = with_primal(e, 1 + e[0])
     q = divide(num, den, order)
     return with_primal(sign * q, y0)
+
+
+def _tanh_riccati(x: Array, y0: Array, order: int) -> Array:
+    """`k y_k = sum_{j=1..k} j x_j z_{k-j}`, `z_m = -sum_{i<=m} y_i y_{m-i}` for m >= 1.
+
+    `z_0 = 1 - y_0^2` loses all its digits where tanh saturates; `1 / cosh(x_0)^2` keeps
+    them (it underflows to 0 only where every coefficient past 0 does).
+    """
+    dtype = jnp.result_type(x, y0)
+    shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(y0))
+    xs = _rows(x.astype(dtype), order + 1)
+    jx = [None] + [None if xs[j] is None else xs[j] * float(j) for j in range(1, order + 1)]
+    one = opaque_one(xs[0])
+    ys = [jnp.asarray(y0, dtype)]
+    zs = [computed_once(1 / lax.square(lax.cosh(xs[0])), one)]
+    for k in range(1, order + 1):
+        acc = _dot_rows((jx[j], zs[k - j]) for j in range(1, k + 1))
+        ys.append(jnp.zeros(shape, dtype) if acc is None else computed_once(acc / float(k), one))
+        if k < order:
+            square = _dot_rows((ys[i], ys[k - i]) for i in range(1, (k + 1) // 2))
+            square = 2 * square if square is not None else None
+            middle = ys[k // 2] * ys[k // 2] if k % 2 == 0 else None
+            total = 2 * ys[0] * ys[k]
+            for part in (square, middle):
+                total = total if part is None else total + part
+            zs.append(computed_once(-total, one))
+    return _stack_rows(ys, shape, dtype)
 
 
 # "Pull" helpers: coefficient m of a product with a series still being filled.
@@ -581,34 +614,71 @@ def compose(x: Array, taylor_coeffs: Array, order: int) -> Array:
     return fori(order, body, (acc, delta))[0]
 
 
-# Seeds `x_0 + s` that taylax builds itself (a derivative's variable), by id: their
-# direction is exactly 1, so `along_line` needs no powers of it. Weak values: an entry
-# dies with its array (tracers included).
-_UNIT_SEEDS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# Lines `x_0 + d s` whose direction `d` is a known Python number: the seeds taylax builds
+# itself (a derivative's variable, the default direction: d = 1) and what affine
+# arithmetic with concrete scalars makes of them (`3 t + 1`: d = 3). `along_line` then
+# multiplies by the constants `d^k` (nothing at all for d = 1) instead of computing
+# powers of the direction at run time. Keyed by id with a weak reference to the array
+# (tracers included): an entry dies with its array.
+_LINES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_LINE_DIRECTIONS: dict[int, complex] = {}
+
+
+def mark_line(c: Array, direction) -> Array:
+    """Record that the degree-1 stacked array `c` has the constant direction `direction`."""
+    key = id(c)
+    _LINES[key] = c
+    _LINE_DIRECTIONS[key] = direction
+    weakref.finalize(c, _LINE_DIRECTIONS.pop, key, None)
+    return c
+
+
+def line_direction(c: Array):
+    """The known constant direction of a degree-1 stacked array, or None."""
+    if _LINES.get(id(c)) is not c:
+        return None
+    return _LINE_DIRECTIONS.get(id(c))
 
 
 def unit_seed(x0: Array) -> Array:
     """The stacked seed `x_0 + s` (direction exactly 1), marked as such for `along_line`."""
-    seed = jnp.stack([x0, jnp.ones_like(x0)])
-    _UNIT_SEEDS[id(seed)] = seed
-    return seed
+    return mark_line(jnp.stack([x0, jnp.ones_like(x0)]), 1.0)
 
 
 def is_unit_seed(c: Array) -> bool:
-    return _UNIT_SEEDS.get(id(c)) is c
+    return line_direction(c) == 1
+
+
+def concrete_scalar(x):
+    """`x` as a Python number when it is a concrete scalar (not a tracer), else None."""
+    try:
+        value = np.asarray(x)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return None
+    if value.ndim or not np.issubdtype(value.dtype, np.number):
+        return None
+    return value.item()
 
 
 def along_line(x: Array, taylor_coeffs: Array, order: int) -> Array:
     """`f(x_0 + x_1 s)` for a degree-1 input: `y_k = d_k x_1^k` with `d_k = f^(k)(x_0)/k!`.
 
-    The seed case (and anything affine in it) needs no recurrence at all.
+    The seed case (and anything affine in it) needs no recurrence at all; a direction
+    known as a number needs no powers computed at run time either.
     """
-    if is_unit_seed(x):
-        return taylor_coeffs[: order + 1]
+    degree = min(order, degree_of(taylor_coeffs))
+    direction = line_direction(x)
+    if direction is not None:
+        if direction == 1:
+            return taylor_coeffs[: order + 1]
+        dtype = jnp.result_type(taylor_coeffs)
+        scale = np.asarray([direction**k for k in range(degree + 1)])
+        scale = scale.reshape((degree + 1,) + (1,) * (taylor_coeffs.ndim - 1))
+        return taylor_coeffs[: degree + 1] * jnp.asarray(scale, dtype)
     x1 = lax.index_in_dim(x, 1, keepdims=False)
     shape = jnp.shape(taylor_coeffs)[1:]
     x1 = jnp.broadcast_to(x1, shape).astype(taylor_coeffs.dtype)
-    return taylor_coeffs * powers(x1, min(order, degree_of(taylor_coeffs)))
+    return taylor_coeffs * powers(x1, degree)
 
 
 def powers(x: Array, order: int, sign: int = 1) -> Array:

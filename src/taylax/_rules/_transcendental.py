@@ -40,23 +40,25 @@ def _scaled(values, order: int):
 
 
 def _trig_cycle(sin0, cos0, index: int, order: int):
-    """`d^k/dx^k sin` (index 0) or `cos` (index 1) at `x0`, over `k!`, as ONE small matmul.
+    """`d^k/dx^k sin` (index 0) or `cos` (index 1) at `x0`, over `k!`, for k = 0..order.
 
-    The constant `(order+1, 2)` matrix of signed `1/k!` times the stacked `[sin, cos]`:
-    XLA:CPU counts real sin/cos as cheap and would recompute them inside every fused
-    consumer, once per coefficient and per use; a dot is its own kernel, so the two
-    transcendentals are evaluated once per element. Real only: sin/cos are bounded, so
-    the zero entries of the matrix never meet an inf.
+    `A_k sin + B_k cos` with constant vectors of signed `1/k!` (one of the two is 0 at
+    each k): one elementwise kernel in the coefficient layout of its readers (a
+    `tensordot` here made XLA emit a transposed copy). Real only: sin and cos are
+    bounded, so the zero weights never meet an inf.
     """
     start = 0 if index == 0 else 1
-    table = np.zeros((order + 1, 2))
+    weights = np.zeros((2, order + 1))
     inverse_factorial = 1.0
     for k in range(order + 1):
         inverse_factorial /= max(k, 1)
         phase = (start + k) % 4  # sin, cos, -sin, -cos
-        table[k, phase % 2] = inverse_factorial if phase < 2 else -inverse_factorial
-    stacked = jnp.stack([sin0, cos0])
-    return jnp.tensordot(jnp.asarray(table, stacked.dtype), stacked, axes=1)
+        weights[phase % 2, k] = inverse_factorial if phase < 2 else -inverse_factorial
+    shape = (order + 1,) + (1,) * jnp.ndim(sin0)
+    dtype = jnp.result_type(sin0)
+    a = jnp.asarray(weights[0].reshape(shape), dtype)
+    b = jnp.asarray(weights[1].reshape(shape), dtype)
+    return a * sin0[None] + b * cos0[None]
 
 
 def univariate(prim, line_coeffs, general, line_max_order: int | None = None):
@@ -191,8 +193,14 @@ def _riccati_factor(kind: str, x0, y0):
 
 def _polynomial_line(kind: str, x0, y0, order: int):
     table = _derivative_polynomials(kind, order)
-    powers = ks.powers(y0, order + 1)
-    d = jnp.tensordot(jnp.asarray(table, powers.dtype), powers, axes=1)
+    dtype = jnp.result_type(y0)
+    # Scaled adds `sum_j C[:, j] y0^j` (Horner in y0), not a matmul over the table: one
+    # fused elementwise kernel; as a (K+1, K+2) dot it ran as a general matmul per element.
+    column_shape = (order + 1,) + (1,) * jnp.ndim(y0)
+    d = None
+    for j in reversed(range(table.shape[1])):
+        column = jnp.asarray(table[:, j].reshape(column_shape), dtype)
+        d = column if d is None else d * y0[None] + column
     d = d * _riccati_factor(kind, x0, y0)[None]
     return ks.with_primal(d, y0)
 
