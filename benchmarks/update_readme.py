@@ -142,6 +142,17 @@ def derivative_summary(payload: dict) -> str:
     return "\n".join(lines)
 
 
+BATCHED_START, BATCHED_END = "<!-- bench-batched:start -->", "<!-- bench-batched:end -->"
+
+
+def batched_summary(payload: dict) -> str:
+    """Batched steady state (`benchmarks/bench_batched.py`): the README's compact view."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_batched import readme_summary
+
+    return readme_summary(payload)
+
+
 def _replace_between(text: str, start: str, end: str, body: str) -> str:
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
@@ -164,6 +175,11 @@ def main() -> int:
             DERIVATIVE_START,
             DERIVATIVE_END,
             derivative_summary(json.loads(derivative.read_text())),
+        )
+    batched = ROOT / "benchmarks/results/batched.json"
+    if batched.exists() and BATCHED_START in text:
+        text = _replace_between(
+            text, BATCHED_START, BATCHED_END, batched_summary(json.loads(batched.read_text()))
         )
     readme.write_text(text)
     return 0

@@ -182,6 +182,20 @@ def _build_contender(contender: str, f: Callable, order: int) -> tuple[Callable,
     raise ValueError(f"Unknown contender {contender!r}; expected one of {list(CONTENDERS)}.")
 
 
+def _nested_all_orders(f: Callable, order: int) -> Callable:
+    """Nested `jax.jvp` returning every level `f, f', ..., f^(order)` stacked."""
+    import jax
+    import jax.numpy as jnp
+
+    def fn(x, v):
+        levels = [f]
+        for _ in range(order):
+            levels.append((lambda h: lambda y: jax.jvp(h, (y,), (v,))[1])(levels[-1]))
+        return jnp.stack([g(x) for g in levels])
+
+    return fn
+
+
 def _checksum(derivative: Any) -> float:
     """A sign-aware scalar summary of an array: a fixed weighted sum of its entries."""
     import numpy as np
@@ -251,6 +265,9 @@ def _batch_worker(spec: dict[str, Any]) -> None:
     _emit(device=str(jax.devices()[0].platform), jax_version=jax.__version__)
     for order in spec["orders"]:
         fn, stacked = _build_contender(spec["contender"], f, order)
+        if spec["contender"] == "nested_jvp":
+            # On a batch every contender computes the same output, all derivatives 0..K.
+            fn, stacked = _nested_all_orders(f, order), True
         batched = jax.jit(jax.vmap(fn))
         start = time.perf_counter()
         out = jax.block_until_ready(batched(t, v))
@@ -430,9 +447,10 @@ def run_batch(
 ) -> list[dict[str, Any]]:
     """The steady state on a batch: ``jax.jit(jax.vmap(fn))`` over ``points`` values of t.
 
-    ``fn`` computes the derivatives of the ``scalar`` case's ``0.3*sin(t)*t**10`` at each
-    order (all of ``0..order`` for taylax and jet, only the ``order``-th for nested jvp, as
-    in :func:`run_one`). All orders of one contender run in one fresh process.
+    ``fn`` computes all derivatives ``0..order`` of the ``scalar`` case's
+    ``0.3*sin(t)*t**10`` at each order, for every contender (nested jvp stacks each of its
+    levels), so the steady states compare the same output. All orders of one contender run
+    in one fresh process.
 
     Args:
       contender: one of :data:`CONTENDERS`.
