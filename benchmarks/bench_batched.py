@@ -68,6 +68,9 @@ CHAINS: dict[str, tuple[Callable, str]] = {
     "growth": (growth, "sqrt(1 + t^2) exp(sin(t))"),
 }
 NESTED_MAX_ORDER = 8
+# Contenders whose compile does not finish in reasonable time at some (case, order):
+# jet's program for exp(sin(t)) at K = 32 did not compile in 8 minutes here.
+SKIPPED = {("growth", "jet", 32): "jet's compile did not finish in 8 minutes"}
 
 
 # --------------------------------------------------------------------------
@@ -210,14 +213,18 @@ def check_agreement(reference, other, K) -> float:
     return float(np.max(np.abs(a - b) / scale))
 
 
-def steady_chains(sizes, orders, rounds, roofline: Roofline) -> list[dict]:
+def steady_chains(sizes, orders, rounds, roofline: Roofline, cases=None) -> list[dict]:
     rows = []
     for case, (f, _) in CHAINS.items():
+        if cases and case not in cases:
+            continue
         for n in sizes:
             t = jnp.linspace(0.5, 1.5, n)
             t_host = np.asarray(t)
             for K in orders:
-                fns = {"taylax": taylax_chain(f, K), "jet": jet_chain(f, K)}
+                fns = {"taylax": taylax_chain(f, K)}
+                if (case, "jet", K) not in SKIPPED:
+                    fns["jet"] = jet_chain(f, K)
                 if K <= NESTED_MAX_ORDER:
                     fns["nested jvp"] = nested_chain(f, K)
                 args = {name: (t,) for name in fns}
@@ -226,13 +233,15 @@ def steady_chains(sizes, orders, rounds, roofline: Roofline) -> list[dict]:
                     fns["roofline"] = kernel
                     args["roofline"] = (t_host,)
                 times = interleaved_minimum(fns, args, rounds, budget_s=20.0)
-                reference = np.asarray(fns["jet"](t))
+                reference_name = "jet" if "jet" in fns else "roofline"
+                reference = np.asarray(fns[reference_name](*args[reference_name]))
                 errors = {
                     name: check_agreement(reference, fn(*args[name]), K)
                     for name, fn in fns.items()
-                    if name != "jet"
+                    if name != reference_name
                 }
-                row = {"case": case, "n": n, "order": K, "ms": times, "rel_err_vs_jet": errors}
+                row = {"case": case, "n": n, "order": K, "ms": times, "rel_err": errors}
+                row["rel_err_reference"] = reference_name
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
@@ -313,6 +322,10 @@ def first_calls(orders, n, constant_n, constant_order, timeout) -> list[dict]:
 # --------------------------------------------------------------------------
 
 
+def _ratio(ours, theirs, suffix: str = "") -> str:
+    return "—" if not np.isfinite(theirs) else f"{ours / theirs:.2f}{suffix}"
+
+
 def _fmt(ms):
     if ms is None or ms == float("inf"):
         return "—"
@@ -343,7 +356,7 @@ def markdown(payload: dict) -> str:
             roof = ms.get("roofline")
             lines.append(
                 f"| {r['n']:,} | {r['order']} | {_fmt(ms['taylax'])} | {_fmt(ms.get('jet'))} | "
-                f"{_fmt(ms.get('nested jvp'))} | {_fmt(roof)} | {ms['taylax'] / best:.2f} | "
+                f"{_fmt(ms.get('nested jvp'))} | {_fmt(roof)} | {_ratio(ms['taylax'], best)} | "
                 + (f"{ms['taylax'] / roof:.1f}" if roof else "—")
                 + " |"
             )
@@ -413,7 +426,8 @@ def readme_summary(payload: dict) -> str:
                 best = min(ms.get("jet", np.inf), ms.get("nested jvp", np.inf))
                 roof = ms.get("roofline")
                 roof_text = f"; {ms['taylax'] / roof:.1f}× R" if roof else ""
-                cells.append(f"{_fmt(ms['taylax'])} ms ({ms['taylax'] / best:.2f}×{roof_text})")
+                ratio = _ratio(ms["taylax"], best, "×")
+                cells.append(f"{_fmt(ms['taylax'])} ms ({ratio}{roof_text})")
             lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
         lines.append("")
     if payload.get("mlp"):
@@ -467,6 +481,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--no-first-calls", action="store_true")
     parser.add_argument("--no-mlp", action="store_true")
+    parser.add_argument("--cases", default=None, help="comma-separated chains (default: all)")
     parser.add_argument("--out-dir", default=str(RESULTS_DIR))
     parser.add_argument("--first-call", nargs=3, metavar=("KIND", "K", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -487,7 +502,9 @@ def main(argv=None) -> int:
             "machine": f"jax {jax.__version__}, {os.cpu_count()} CPUs ({platform.machine()})",
             "roofline_note": roofline.reason,
         },
-        "chains": steady_chains(sizes, orders, args.rounds, roofline),
+        "chains": steady_chains(
+            sizes, orders, args.rounds, roofline, args.cases.split(",") if args.cases else None
+        ),
         "mlp": [] if args.no_mlp else steady_mlp([2, 4, 8], args.rounds),
         "first_calls": []
         if args.no_first_calls

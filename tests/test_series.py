@@ -64,8 +64,7 @@ OUTER = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(OUTER))
-def test_rule_on_full_series(name):
+def check_full_series(name: str, order: int) -> None:
     outer = OUTER[name]
 
     def f(x):
@@ -73,7 +72,12 @@ def test_rule_on_full_series(name):
 
     x = jnp.array([0.3, -0.7, 1.2])
     v = jnp.array([1.0, -0.5, 0.8])
-    assert_series_close(taylax.derivatives(f, 6)(x, v), nested_jvp_derivatives(f, x, v, 6))
+    assert_series_close(taylax.derivatives(f, order)(x, v), nested_jvp_derivatives(f, x, v, order))
+
+
+@pytest.mark.parametrize("name", sorted(OUTER))
+def test_rule_on_full_series(name):
+    check_full_series(name, 6)
 
 
 # The recurrences run unrolled up to `ks.UNROLL_MAX_ORDER` and as loops above it. The table
@@ -85,14 +89,7 @@ LOOP_CASES = ("exp", "sin", "tanh", "log", "sqrt", "pow_2.5", "reciprocal", "div
 @pytest.mark.parametrize("name", LOOP_CASES)
 def test_rule_on_full_series_through_loops(name, monkeypatch):
     monkeypatch.setattr(ks, "UNROLL_MAX_ORDER", 0)
-    outer = OUTER[name]
-
-    def f(x):
-        return outer(inner(x))
-
-    x = jnp.array([0.3, -0.7, 1.2])
-    v = jnp.array([1.0, -0.5, 0.8])
-    assert_series_close(taylax.derivatives(f, 5)(x, v), nested_jvp_derivatives(f, x, v, 5))
+    check_full_series(name, 5)
 
 
 def test_chunked_path_matches_unchunked():

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _benchmark, _demo_recursion
+from ._argtypes import bounded
 
 __all__ = ["main"]
 
@@ -318,47 +319,14 @@ def _demo(args: argparse.Namespace) -> int:
     return 1 if any(r["status"] == "error" for r in results) else 0
 
 
-def _positive_float(text: str) -> float:
-    """argparse type: a number of seconds > 0 (argparse adds the flag to the message)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a number of seconds such as 60, but got {text!r}."
-        ) from None
-    if not value > 0:  # also rejects nan
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, but got {text}.")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    """argparse type: a number of seconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a number of seconds such as 90, but got {text!r}."
-        ) from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 seconds or more, but got {text}.")
-    return value
+# argparse types (argparse names the flag in errors).
+_positive_float = bounded(float, 0, strict=True, what="a number of seconds", example="60")
+_non_negative_float = bounded(float, 0, what="a number of seconds", example="90")
 
 
 def _int_at_least(minimum: int):
     """argparse type: an integer >= `minimum`."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a whole number, but got {text!r}."
-            ) from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, but got {value}.")
-        return value
-
-    return parse
+    return bounded(int, minimum)
 
 
 def _depth_list(text: str) -> tuple[int, ...]:

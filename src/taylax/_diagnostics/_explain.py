@@ -9,41 +9,24 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from .._argtypes import bounded
 from ._watch import watch
 
 # The narrowest table that still shows a function name and a cause next to each other.
 _MIN_WIDTH = 60
 
 
-def _non_negative_int(text: str) -> int:
-    """argparse type of ``--budget``: an integer >= 0 (argparse names the flag)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number of compiles such as 10, but got {text!r}."
-        ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(
-            f"must be 0 or more (the compiles allowed per function before a warning), "
-            f"but got {value}."
-        )
-    return value
-
-
-def _width(text: str) -> int:
-    """argparse type of ``--width``: a table width of at least ``_MIN_WIDTH`` characters."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a number of characters such as 120, but got {text!r}."
-        ) from None
-    if value < _MIN_WIDTH:
-        raise argparse.ArgumentTypeError(
-            f"must be at least {_MIN_WIDTH} characters for the table to fit, but got {value}."
-        )
-    return value
+# argparse types of ``--budget`` and ``--width`` (argparse names the flag in errors).
+_non_negative_int = bounded(
+    int,
+    0,
+    what="a whole number of compiles",
+    example="10",
+    why="(the compiles allowed per function before a warning)",
+)
+_width = bounded(
+    int, _MIN_WIDTH, what="a number of characters", example="120", why="for the table to fit"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

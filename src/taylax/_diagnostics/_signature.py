@@ -266,10 +266,7 @@ def _build(
     static_labels += list(arg_signature.static_arg_names)
     dynamic_labels = [_positional_label(py_signature, i) for i in dynamic_positions]
     dynamic_labels += list(arg_signature.dynamic_arg_names)
-    try:
-        fun_ref = weakref.ref(fun)
-    except TypeError:  # e.g. a builtin: compare by id instead
-        fun_ref = None
+    fun_ref = _weak_ref(fun)
     return Signature(
         name=name,
         location=location,
@@ -286,6 +283,14 @@ def _build(
     )
 
 
+def _weak_ref(fun):
+    """A weak reference to `fun`, or None where it has none (a builtin: compared by id)."""
+    try:
+        return weakref.ref(fun)
+    except TypeError:
+        return None
+
+
 # Stands for the jit options of an attributed call: taylax makes one jitted program per
 # program structure on purpose, so only the user's function object tells calls apart.
 _ATTRIBUTED = object()
@@ -295,10 +300,7 @@ def attributed_to(signature: Signature, fun) -> Signature:
     """`signature` of one of taylax's internal jitted programs, reported as `fun`'s: the
     user's function whose derivatives it computes (its name, location and identity)."""
     name, location, kind = function_name_and_location(fun)
-    try:
-        fun_ref = weakref.ref(fun)
-    except TypeError:
-        fun_ref = None
+    fun_ref = _weak_ref(fun)
     return dataclasses.replace(
         signature,
         name=name,

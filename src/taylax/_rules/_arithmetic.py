@@ -244,9 +244,13 @@ def _pow_general(order, x, y):
         p = jnp.asarray(p).astype(x.dtype)
         c = jnp.broadcast_to(ks.lift(x.coeffs, ndim), (x.degree + 1,) + jnp.shape(y0))
         return Series(_power_series(c, p, y0, order, integer_exponent))
-    # x ** y = exp(y log x) when the exponent carries a series.
+    # x ** y = exp(y log x) when the exponent carries a series. For a constant base 0,
+    # lax's jvp in y uses log(1) = 0 (`_replace_zero`): 0 ** y has zero derivatives in y,
+    # not nan. (A base series through 0 keeps the nan of its singular log: nested jvp's
+    # derivatives in x there are powers of 0 that no finite rule reproduces.)
     if x.is_constant:
-        log_x = lax.log(x.primal)[None]
+        base = jnp.where(x.primal == 0, jnp.ones_like(x.primal), x.primal)
+        log_x = lax.log(base)[None]
     else:
         log_x = log_series(ks.lift(x.coeffs, ndim), lax.log(x.primal), order)
     z = ks.cauchy(ks.lift(y.coeffs, ndim), ks.lift(log_x, ndim), order)

@@ -119,6 +119,8 @@ def sin_cos(x0):
     reads them, and a Taylor rule reads them once per coefficient: the copies cost more
     than the rest of the arithmetic. `ks.computed_once` makes XLA compute them once.
     """
+    if jnp.issubdtype(jnp.result_type(x0), np.complexfloating):
+        return lax.sin(x0), lax.cos(x0)  # complex sin and cos count as expensive already
     one = ks.opaque_one(x0)
     return ks.computed_once(lax.sin(x0), one), ks.computed_once(lax.cos(x0), one)
 
