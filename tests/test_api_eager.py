@@ -130,3 +130,19 @@ def test_jacfwd_under_vmap_with_a_collective(collective):
     want2 = jax.vmap(jax.jacfwd(jax.jacfwd(f)), axis_name="b")(x)
     got2 = jax.vmap(taylax.derivative(f, 2), axis_name="b")(x)
     np.testing.assert_allclose(got2, want2, rtol=1e-13)
+
+
+def test_jit_sub_program_cache_releases_its_jaxpr():
+    # The jitted Taylor pass of a `jit` sub-program is cached weakly by its jaxpr; it must
+    # not keep that jaxpr (its own key) alive.
+    from taylax._rules import _calls
+
+    gc.collect()
+    before = len(_calls._TRANSFORMED)
+    closed = jax.make_jaxpr(lambda t: jnp.sin(t) * 2.5)(X)
+    fn = _calls.transformed_call(closed, 3, (1,), "probe")
+    jax.block_until_ready(fn(jnp.stack([X, jnp.ones_like(X)])))
+    assert len(_calls._TRANSFORMED) == before + 1
+    del closed, fn
+    gc.collect()
+    assert len(_calls._TRANSFORMED) == before

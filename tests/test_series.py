@@ -222,3 +222,14 @@ def test_product_is_a_shifted_sum_linear_in_the_degree():
     # A few equations per coefficient of the lower-degree factor.
     grow = len(large.jaxpr.eqns) - len(small.jaxpr.eqns)
     assert 0 < grow <= 4 * (32 - 8), grow
+
+
+@pytest.mark.parametrize("p", [2.0 + 1.0j, 2.0 + 0.0j, 2.5])
+def test_exponent_coefficients_for_concrete_non_integer_or_complex_exponents(p):
+    # Only a real integer-valued exponent takes the product path; anything else uses pow.
+    x0 = jnp.array([0.7 + 0.2j, 1.3 - 0.4j])
+    got = ks.exp_like_power_coeffs(np.asarray(p, np.complex128), x0, 4)
+    want = ks.falling_factorials(p, 4, (2,), x0.dtype) / ks.factorials(4, 1, x0.dtype)
+    steps = (jnp.asarray(p, jnp.complex128) - jnp.arange(5.0))[:, None]
+    want = want * jax.lax.pow(jnp.broadcast_to(x0, (5, 2)), steps)
+    np.testing.assert_allclose(got, want, rtol=1e-13)

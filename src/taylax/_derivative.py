@@ -50,7 +50,7 @@ from ._interpret import (
     shared_call_evaluator,
     shared_call_keys,
 )
-from ._rules._calls import as_outputs, from_outputs
+from ._rules._calls import as_outputs, from_outputs, jit_per_jaxpr
 from ._series import Series, along_line, compose, pad_degree, unit_seed
 
 derivative_p = _compat.Primitive("taylax_derivative")
@@ -436,21 +436,14 @@ def _unit_seed_series(sub: _compat.ClosedJaxpr, consts, t0, order: int) -> list[
     its direction is known to be exactly 1.
     """
     order = max(order, _NEEDED_ORDER.get(sub, 0))
-    per_jaxpr = _UNIT_SEED_CALLS.setdefault(sub, {})
-    fn = per_jaxpr.get((order, len(consts)))
-    if fn is None:
-        # The cached function must not hold `sub` strongly: it is the value of a weak-key
-        # entry for `sub`, which would then never be freed. It only runs while `sub` lives.
-        sub_ref = weakref.ref(sub)
 
-        def taylor_call(*args):
-            sub = sub_ref()
-            *consts, t0 = args
-            inputs = [Series.constant(c) for c in consts] + [Series(unit_seed(t0))]
-            return as_outputs(eval_jaxpr_series(sub.jaxpr, sub.consts, inputs, order))
+    def taylor_call(sub, *args):
+        *consts, t0 = args
+        inputs = [Series.constant(c) for c in consts] + [Series(unit_seed(t0))]
+        return as_outputs(eval_jaxpr_series(sub.jaxpr, sub.consts, inputs, order))
 
-        taylor_call.__name__ = f"taylor_derivative_{order}"
-        fn = per_jaxpr[(order, len(consts))] = jax.jit(taylor_call)
+    key = (order, len(consts))
+    fn = jit_per_jaxpr(_UNIT_SEED_CALLS, sub, key, taylor_call, f"taylor_derivative_{order}")
     return from_outputs(fn(*consts, t0), sub.out_avals)
 
 
@@ -646,16 +639,10 @@ def _eval_expanded(jaxpr: _compat.Jaxpr, consts, args) -> list:
 
 
 def _expanded_jit(closed: _compat.ClosedJaxpr):
-    fn = _EXPANDED_JITS.get(closed)
-    if fn is None:
-        closed_ref = weakref.ref(closed)  # not strongly: `closed` is this entry's weak key
+    def expanded(closed, *args):
+        return _eval_expanded(closed.jaxpr, closed.consts, args)
 
-        def expanded(*args):
-            closed = closed_ref()
-            return _eval_expanded(closed.jaxpr, closed.consts, args)
-
-        fn = _EXPANDED_JITS[closed] = jax.jit(expanded)
-    return fn
+    return jit_per_jaxpr(_EXPANDED_JITS, closed, None, expanded, "expanded")
 
 
 def emitted_jaxpr(fun: Callable, *args) -> _compat.ClosedJaxpr:

@@ -360,6 +360,13 @@ def _dot_rows(pairs) -> Array | None:
     return total
 
 
+def _derivative_rows(x: Array, dtype, order: int) -> tuple[list, list]:
+    """The rows `x_k` and `j x_j` (the coefficients of `x'`, shifted by one) up to `order`."""
+    xs = _rows(x.astype(dtype), order + 1)
+    jx = [None] + [None if xs[j] is None else xs[j] * float(j) for j in range(1, order + 1)]
+    return xs, jx
+
+
 def _stack_rows(rows: list[Array], shape, dtype) -> Array:
     return jnp.stack([jnp.broadcast_to(jnp.asarray(r, dtype), shape) for r in rows])
 
@@ -403,9 +410,7 @@ def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array
 def _linear_ode_unrolled(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array]:
     dtype = jnp.result_type(x, *y0s)
     shape = jnp.broadcast_shapes(x.shape[1:], *[jnp.shape(y0) for y0 in y0s])
-    # j x_j for j = 1..order (the derivative's coefficients, shifted by one).
-    xs = _rows(x.astype(dtype), order + 1)
-    jx = [None] + [None if xs[j] is None else xs[j] * float(j) for j in range(1, order + 1)]
+    xs, jx = _derivative_rows(x, dtype, order)
     ys = [[jnp.asarray(y0, dtype)] for y0 in y0s]
     mixed: list[list] = [[] for _ in y0s]  # (M y)_m per output
     one = opaque_one(xs[0])
@@ -547,8 +552,7 @@ def _tanh_riccati(x: Array, y0: Array, order: int) -> Array:
     """
     dtype = jnp.result_type(x, y0)
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(y0))
-    xs = _rows(x.astype(dtype), order + 1)
-    jx = [None] + [None if xs[j] is None else xs[j] * float(j) for j in range(1, order + 1)]
+    xs, jx = _derivative_rows(x, dtype, order)
     one = opaque_one(xs[0])
     ys = [jnp.asarray(y0, dtype)]
     zs = [computed_once(1 / lax.square(lax.cosh(xs[0])), one)]
@@ -645,10 +649,6 @@ def unit_seed(x0: Array) -> Array:
     return mark_line(jnp.stack([x0, jnp.ones_like(x0)]), 1.0)
 
 
-def is_unit_seed(c: Array) -> bool:
-    return line_direction(c) == 1
-
-
 def concrete_scalar(x):
     """`x` as a Python number when it is a concrete scalar (not a tracer), else None."""
     try:
@@ -704,14 +704,11 @@ def powers(x: Array, order: int, sign: int = 1) -> Array:
 
 
 def _integer_valued(p) -> int | None:
-    """`p` as a Python int when it is a concrete integer-valued scalar, else None."""
-    try:
-        value = np.asarray(p)
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+    """`p` as a Python int when it is a concrete, real, integer-valued scalar, else None."""
+    value = concrete_scalar(p)
+    if value is None or isinstance(value, complex) or not math.isfinite(value):
         return None
-    if value.ndim or not np.isfinite(value) or float(value) != int(value):
-        return None
-    return int(value)
+    return int(value) if value == int(value) else None
 
 
 def integer_exponent_powers(x0: Array, p: int, order: int) -> Array:

@@ -10,6 +10,7 @@ rule, so its primal function is expanded.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -37,23 +38,34 @@ def from_outputs(arrays, avals) -> list[Series]:
     ]
 
 
-def transformed_call(closed: _compat.ClosedJaxpr, order: int, degrees: tuple[int, ...], name):
-    """A jitted function evaluating `closed` on series of the given input degrees (cached)."""
-    per_jaxpr = _TRANSFORMED.setdefault(closed, {})
-    key = (order, degrees)
+def jit_per_jaxpr(cache: weakref.WeakKeyDictionary, closed, key, body: Callable, name: str):
+    """`jax.jit` of `body(closed, *args)`, cached per `closed` (a weak key) and `key`.
+
+    The jitted function reaches `closed` through a weak reference: it is the value of the
+    cache's entry for `closed`, so a strong one would keep that entry alive for ever. It
+    only runs while `closed` lives.
+    """
+    per_jaxpr = cache.setdefault(closed, {})
     fn = per_jaxpr.get(key)
     if fn is None:
+        closed_ref = weakref.ref(closed)
 
-        def taylor_call(*arrays):
-            outs = eval_jaxpr_series(
-                closed.jaxpr, closed.consts, _as_inputs(arrays, degrees), order
-            )
-            return as_outputs(outs)
+        def call(*args):
+            return body(closed_ref(), *args)
 
-        taylor_call.__name__ = f"taylor_{name}"
-        fn = jax.jit(taylor_call)
-        per_jaxpr[key] = fn
+        call.__name__ = name
+        fn = per_jaxpr[key] = jax.jit(call)
     return fn
+
+
+def transformed_call(closed: _compat.ClosedJaxpr, order: int, degrees: tuple[int, ...], name):
+    """A jitted function evaluating `closed` on series of the given input degrees (cached)."""
+
+    def taylor_call(closed, *arrays):
+        outs = eval_jaxpr_series(closed.jaxpr, closed.consts, _as_inputs(arrays, degrees), order)
+        return as_outputs(outs)
+
+    return jit_per_jaxpr(_TRANSFORMED, closed, (order, degrees), taylor_call, f"taylor_{name}")
 
 
 @register_rule(_compat.jit_p)
