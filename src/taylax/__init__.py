@@ -18,6 +18,14 @@ from ._interpret import (
     register_rule as register_rule,
     taylor_rules as taylor_rules,
 )
+from ._operators import (
+    biharmonic as biharmonic,
+    derivative_tensor as derivative_tensor,
+    differential_operator as differential_operator,
+    hessian_diagonal as hessian_diagonal,
+    laplacian as laplacian,
+    weighted_laplacian as weighted_laplacian,
+)
 from ._optimize import (
     make_jaxpr as make_jaxpr,
     optimize_jaxpr as optimize_jaxpr,

@@ -44,6 +44,16 @@ def bind_primal(primitive: Primitive, xs: Sequence[Series], params: dict):
     return primitive.bind(*primals(xs), **params)
 
 
+# Primitives that are jointly linear in some of their inputs, with the predicate that says
+# which (`linear(i, x)` for input `i`). The collapsed multi-direction passes
+# (`taylax._collapsed`) apply these to every coefficient at once instead of per direction.
+linear_inputs: dict[Primitive, Callable[[int, Series], bool]] = {}
+
+# Elementwise functions with a closed form along a line: `line_coeffs(x0, order)` gives
+# `f^(k)(x0)/k!` for k = 0..order, accurate up to the order given (None: any order).
+line_coefficients: dict[Primitive, tuple[Callable, int | None]] = {}
+
+
 def deflinear(primitive: Primitive, linear: Callable[[int, Series], bool] | None = None) -> None:
     """Register the rule of a primitive that is jointly linear in its inexact inputs.
 
@@ -53,6 +63,7 @@ def deflinear(primitive: Primitive, linear: Callable[[int, Series], bool] | None
     primitive's own batching rule decides how.
     """
     linear = linear or (lambda i, x: is_inexact(x))
+    linear_inputs[primitive] = linear
 
     def rule(order, *xs, **params):
         del order
@@ -70,6 +81,7 @@ def deflinear(primitive: Primitive, linear: Callable[[int, Series], bool] | None
 
 def defelementwise_linear(primitive: Primitive) -> None:
     """Register an elementwise primitive linear in all inputs: bind on stacked arrays."""
+    linear_inputs[primitive] = lambda i, x: is_inexact(x)
 
     def rule(order, *xs, **params):
         del order

@@ -22,7 +22,7 @@ from .. import _series as ks
 from .._interpret import register_rule, taylor_rules
 from .._series import Series
 from ._arithmetic import log_series
-from ._common import chunked
+from ._common import chunked, line_coefficients
 
 
 def _full(x: Series, order: int):
@@ -70,6 +70,7 @@ def univariate(prim, line_coeffs, general, line_max_order: int | None = None):
     `general(order, x)` handles everything else, chunk by chunk on large arrays.
     """
     general = chunked(general)
+    line_coefficients[prim] = (line_coeffs, line_max_order)
 
     def rule(order, x, **params):
         if x.degree == 1 and (line_max_order is None or order <= line_max_order):

@@ -1,0 +1,444 @@
+"""Collapsed multi-direction Taylor passes: many directions, one shared primal.
+
+Differential operators need the order-`K` derivative of `f` along many directions
+`v_1..v_D` at one point, and usually only a weighted sum of them: the Laplacian is
+`sum_i D^2 f[e_i]`. Evaluating `D` separate Taylor passes repeats the primal `D`
+times and carries `D` top coefficients through every operation. Here every value
+of the program is a `Collapsed`:
+
+* `primal`, shape `S`: computed once;
+* `lower`, shape `(D, r, *S)`: the normalized coefficients `1..r` (`r <= K-1`) along
+  each direction (None when all are zero; a seed has `r = 1`);
+* `top`: coefficient `K`, either summed over the directions with weights
+  (`sum_d w_d y_K[v_d]`, shape `S`) or kept per direction (shape `(D, *S)`).
+
+The summed top is what makes the pass cheap (folx's forward Laplacian at order 2,
+collapsed Taylor mode at any order): coefficient `K` of `y = g(x)` is linear in
+coefficient `K` of its inputs,
+
+    y_K[v_d] = g'(x_0) x_K[v_d] + N_K(x_0, x_1[v_d], ..., x_{K-1}[v_d]),
+
+so the weighted sum over `d` needs `g'(x_0)` applied once to the summed input top,
+plus the weighted sum of the nonlinear parts `N_K`, which depend only on the lower
+coefficients. Both parts come from the engine's own Taylor rules, so every
+primitive taylax supports works here too:
+
+* `N_K` (and the new lower coefficients) is the rule at order `K`, `jax.vmap`ped
+  over the directions, on the series `x_0 + x_1 s + ... + x_{K-1} s^{K-1}` (top
+  zero) whose primal is shared, so what the rule computes from the primal alone
+  (`exp(x_0)`, `tanh`'s derivatives) is computed once, not per direction;
+* the linear part is coefficient 1 of the rule at order 1 on `x_0 + x_K s`.
+
+Linear primitives (sums, reshapes, slices, a matmul with a constant matrix) skip
+both and map every coefficient at once, and `jit`/`closed_call`/`checkpoint`
+bodies are interpreted inline, so the collapse goes through them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import _compat, _rules  # noqa: F401  (_rules registers the built-in rules)
+from ._interpret import _carries_derivative, _missing_rule, _rule_result, taylor_rules
+from ._rules._common import line_coefficients, linear_inputs
+from ._series import Series, pad_degree
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Collapsed:
+    """One value of a collapsed multi-direction pass (see the module docstring).
+
+    `lower` holds only the coefficients that can be nonzero: shape `(D, r, *S)` for
+    coefficients `1..r`, `r <= K-1` (a seed has `r = 1` whatever `K`).
+    """
+
+    primal: Array
+    lower: Array | None = None
+    top: Array | None = None
+
+    @property
+    def is_constant(self) -> bool:
+        return self.lower is None and self.top is None
+
+    @property
+    def rows(self) -> int:
+        return 0 if self.lower is None else self.lower.shape[1]
+
+
+def _row(x: Collapsed, k: int):
+    """Coefficient `k` (1 <= k <= r) along every direction, `(D, *S)`; None when zero."""
+    if k > x.rows:
+        return None
+    return x.lower[:, k - 1]
+
+
+def _weighted_sum(t: Array, weights) -> Array:
+    """`sum_d w_d t_d` over the leading (direction) axis."""
+    if weights is None:
+        return jnp.sum(t, 0)
+    return jnp.tensordot(weights.astype(t.dtype), t, (0, 0))
+
+
+def _add(a, b):
+    return b if a is None else (a if b is None else a + b)
+
+
+def _stack_rows(rows: list) -> Array | None:
+    """`(D, r, *S)` from `r` rows `(D, *S)`, trailing zero rows dropped; None when empty."""
+    while rows and rows[-1] is None:
+        rows.pop()
+    if not rows:
+        return None
+    zero = jnp.zeros_like(next(r for r in rows if r is not None))
+    return jnp.stack([zero if r is None else r for r in rows], 1)
+
+
+# Primitives that are linear in some inputs only when their other operands are constant
+# (bilinear ones), with the inputs that may carry a series.
+_BILINEAR = {lax.mul_p: (0, 1), lax.dot_general_p: (0, 1), lax.conv_general_dilated_p: (0, 1)}
+_LINEAR_EXTRA = {
+    lax.broadcast_in_dim_p: lambda i, x: i == 0,
+    lax.reshape_p: lambda i, x: i == 0,
+    lax.transpose_p: lambda i, x: True,
+    lax.reduce_sum_p: lambda i, x: True,
+    lax.concatenate_p: lambda i, x: True,
+    lax.cumsum_p: lambda i, x: True,
+    lax.convert_element_type_p: lambda i, x: True,
+    lax.select_n_p: lambda i, x: i > 0,
+}
+# Not linear although their Taylor rule maps coefficients one by one.
+_NOT_LINEAR = {lax.reduce_precision_p}
+
+
+def _linear_mask(primitive, xs: Sequence[Collapsed]) -> list[bool] | None:
+    """Which inputs the primitive is jointly linear in, given which inputs are constant.
+
+    None when the primitive is not linear in the inputs that carry a series.
+    """
+    if primitive in _NOT_LINEAR:
+        return None
+    predicate = linear_inputs.get(primitive) or _LINEAR_EXTRA.get(primitive)
+    if predicate is not None:
+        mask = [bool(predicate(i, Series.constant(x.primal))) for i, x in enumerate(xs)]
+    elif primitive in _BILINEAR:
+        varying = [i for i, x in enumerate(xs) if not x.is_constant]
+        if len(varying) != 1 or varying[0] not in _BILINEAR[primitive]:
+            return None
+        mask = [i == varying[0] for i in range(len(xs))]
+    elif primitive is lax.div_p and xs[1].is_constant:
+        mask = [True, False]
+    else:
+        return None
+    if any(not m and not x.is_constant for m, x in zip(mask, xs)):
+        return None
+    return mask
+
+
+def _map_linear(eqn, xs: Sequence[Collapsed], mask: list[bool], rows) -> list:
+    """The primitive on coefficient rows of its linear inputs (a leading axis), others as-is.
+
+    A constant linear input contributes zero to every coefficient above the primal.
+    `rows(x)` gives an input's rows, or None where they are all zero.
+    """
+    args, axes, size = [], [], None
+    for x, linear in zip(xs, mask):
+        if not linear:
+            args.append(x.primal)
+            axes.append(None)
+            continue
+        r = rows(x)
+        if r is None:
+            args.append(jnp.zeros_like(x.primal))
+            axes.append(None)
+        else:
+            args.append(r)
+            axes.append(0)
+            size = r.shape[0]
+    if size is None:
+        return None
+    out = jax.vmap(lambda *a: eqn.primitive.bind(*a, **eqn.params), in_axes=axes)(*args)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def _padded_lower(x: Collapsed, rows: int) -> Array:
+    """`x.lower` with zero rows appended up to `rows`."""
+    extra = rows - x.rows
+    if extra == 0:
+        return x.lower
+    pad = [(0, 0, 0), (0, extra, 0)] + [(0, 0, 0)] * (x.lower.ndim - 2)
+    return lax.pad(x.lower, np.zeros((), x.lower.dtype), pad)
+
+
+def _linear(
+    eqn, xs: Sequence[Collapsed], mask: list[bool], primals: list, summed: bool
+) -> list[Collapsed]:
+    rows = max(x.rows for x in xs)
+    count = next((x.lower.shape[0] for x in xs if x.lower is not None), None)
+
+    def lower_rows(x):
+        if x.lower is None:
+            return None
+        low = _padded_lower(x, rows)
+        return low.reshape((-1,) + low.shape[2:])
+
+    def top_rows(x):
+        return None if x.top is None else (x.top[None] if summed else x.top)
+
+    lowers = _map_linear(eqn, xs, mask, lower_rows) if rows else None
+    tops = _map_linear(eqn, xs, mask, top_rows)
+    out = []
+    for k, p in enumerate(primals):
+        low = None if lowers is None else lowers[k].reshape((count, rows) + lowers[k].shape[1:])
+        top = None if tops is None else (tops[k][0] if summed else tops[k])
+        out.append(Collapsed(p, low, top))
+    return out
+
+
+def _rule(eqn):
+    rule = taylor_rules.get(eqn.primitive)
+    if rule is None:
+        raise _missing_rule(eqn.primitive)
+
+    def call(order, *series):
+        return _rule_result(eqn, rule(order, *series, **eqn.params), order)
+
+    return call
+
+
+def _general(eqn, xs, primals, order: int, weights, summed: bool) -> list[Collapsed]:
+    """Any primitive, through its Taylor rule: per direction below the top, once for the top."""
+    rule = _rule(eqn)
+    n_out = len(primals)
+    with_lower = [x.lower is not None or (not summed and x.top is not None) for x in xs]
+    lowers: list = [None] * n_out
+    nonlinear_tops: list = [None] * n_out
+    if any(with_lower):
+        degrees: list[int] = []
+
+        def per_direction(*rows):
+            series = []
+            rows = iter(rows)
+            for x, has in zip(xs, with_lower):
+                if not has:
+                    series.append(Series.constant(x.primal))
+                    continue
+                c = next(rows)  # coefficients 1.. of this direction
+                c = jnp.concatenate([jnp.asarray(x.primal, c.dtype)[None], c], 0)
+                series.append(Series(c, primal=x.primal))
+            outs = rule(order, *series)
+            degrees[:] = [o.degree for o in outs]
+            return [pad_degree(o.coeffs, order)[1:] for o in outs]
+
+        def rows_of(x):
+            if summed or x.top is None:
+                return x.lower
+            if x.lower is None:
+                lower = jnp.zeros((x.top.shape[0], order - 1) + x.top.shape[1:], x.top.dtype)
+            else:
+                lower = _padded_lower(x, order - 1)
+            return jnp.concatenate([lower, x.top[:, None]], 1)
+
+        direction_rows = [rows_of(x) for x, has in zip(xs, with_lower) if has]
+        coeffs = jax.vmap(per_direction)(*direction_rows)  # each (D, K, *S_out)
+        for k, c in enumerate(coeffs):
+            if degrees[k] == 0:
+                continue
+            rows = min(degrees[k], order - 1)
+            if rows:
+                lowers[k] = c[:, :rows]
+            if not summed:
+                nonlinear_tops[k] = c[:, order - 1]
+            elif degrees[k] >= order:
+                nonlinear_tops[k] = _weighted_sum(c[:, order - 1], weights)
+    linear_tops: list = [None] * n_out
+    if summed and any(x.top is not None for x in xs):
+        series = [
+            Series.constant(x.primal)
+            if x.top is None
+            else Series(jnp.stack([jnp.asarray(x.primal, x.top.dtype), x.top]))
+            for x in xs
+        ]
+        for k, o in enumerate(rule(1, *series)):
+            if o.degree >= 1:
+                linear_tops[k] = o.coeffs[1]
+    return [
+        Collapsed(p, low, _add(a, b))
+        for p, low, a, b in zip(primals, lowers, nonlinear_tops, linear_tops)
+    ]
+
+
+def _along_line(eqn, x: Collapsed, primal, order: int, weights, summed: bool):
+    """`y = f(x)` for an elementwise `f` with a closed form and `x` of degree 1 per direction.
+
+    With `d_k = f^(k)(x_0)/k!`: `y_k = d_k x_1^k` below the top, and the top is
+    `d_1 x_K + d_K x_1^K` (summed: `d_1 T + d_K sum_d w_d x_1[v_d]^K`).
+    None when the closed form does not apply.
+    """
+    entry = line_coefficients.get(eqn.primitive)
+    if entry is None or x.rows > 1 or (entry[1] is not None and order > entry[1]):
+        return None
+    if x.lower is None:
+        return None
+    line_coeffs, _ = entry
+    dtype = x.lower.dtype
+    d = line_coeffs(x.primal, order).astype(dtype)  # (K+1, *S): computed once, unbatched
+    x1 = x.lower[:, 0]
+    powers = [None, x1]
+    for _ in range(2, order + 1):
+        powers.append(powers[-1] * x1)
+    lower = _stack_rows([d[k] * powers[k] for k in range(1, order)])
+    top_power = powers[order]
+    nonlinear = top_power if not summed else _weighted_sum(top_power, weights)
+    top = d[order] * nonlinear
+    if x.top is not None:
+        top = top + d[1] * x.top
+    return Collapsed(primal, lower, top)
+
+
+def _product(x: Collapsed, y: Collapsed, primal, order: int, weights, summed: bool):
+    """`x * y` (both carry a series): a Cauchy product per direction, the top collapsed.
+
+    `z_k = sum_i x_i y_{k-i}` below the top; the top is `x_0 y_K + x_K y_0 +
+    sum_{0<i<K} x_i y_{K-i}`, whose last sum is weighted over the directions.
+    """
+    x0, y0 = x.primal, y.primal
+    rows = min(x.rows + y.rows, order - 1) if x.rows and y.rows else max(x.rows, y.rows)
+    rows = min(rows, order - 1)
+
+    def coefficient(k):
+        total = None
+        for i in range(0, k + 1):
+            a = x0 if i == 0 else _row(x, i)
+            b = y0 if i == k else _row(y, k - i)
+            if a is None or b is None:
+                continue
+            if i == 0 and k == 0:
+                continue
+            total = _add(total, a * b)
+        return total
+
+    lower = _stack_rows([coefficient(k) for k in range(1, rows + 1)])
+    inner = None
+    for i in range(1, order):
+        a, b = _row(x, i), _row(y, order - i)
+        if a is not None and b is not None:
+            inner = _add(inner, a * b)
+    top = None
+    if inner is not None:
+        top = _weighted_sum(inner, weights) if summed else inner
+    if y.top is not None:
+        top = _add(top, x0 * y.top)
+    if x.top is not None:
+        top = _add(top, x.top * y0)
+    return Collapsed(primal, lower, top)
+
+
+def _fast_path(eqn, xs, primals, order, weights, summed) -> list[Collapsed] | None:
+    """Linear maps, elementwise functions of a line and products, without the general rule."""
+    mask = _linear_mask(eqn.primitive, xs)
+    if mask is not None:
+        return _linear(eqn, xs, mask, primals, summed)
+    if eqn.primitive is lax.mul_p and len(primals) == 1:
+        x, y = xs
+        if jnp.shape(x.primal) == jnp.shape(y.primal):
+            return [_product(x, y, primals[0], order, weights, summed)]
+    if len(xs) == 1 and len(primals) == 1:
+        out = _along_line(eqn, xs[0], primals[0], order, weights, summed)
+        return None if out is None else [out]
+    return None
+
+
+def _sub_jaxpr(eqn):
+    """`(jaxpr, consts)` of a call-like primitive interpreted inline, else None."""
+    params = eqn.params
+    if eqn.primitive in (_compat.jit_p,):
+        return params["jaxpr"].jaxpr, params["jaxpr"].consts
+    if eqn.primitive in (_compat.closed_call_p, _compat.custom_vjp_call_p):
+        return params["call_jaxpr"].jaxpr, params["call_jaxpr"].consts
+    if eqn.primitive is _compat.remat_p:
+        return params["jaxpr"], ()
+    return None
+
+
+def eval_jaxpr_collapsed(
+    jaxpr: _compat.Jaxpr,
+    consts: Sequence,
+    args: Sequence[Collapsed],
+    order: int,
+    weights: Array | None = None,
+    summed: bool = True,
+) -> list[Collapsed]:
+    """Evaluate `jaxpr` on collapsed multi-direction inputs of top order `order >= 1`.
+
+    `weights` (shape `(D,)`, None for all ones) weigh the directions in the summed top;
+    with `summed=False` the top stays per direction and `weights` is unused.
+    """
+    env: dict = {}
+
+    def read(v) -> Collapsed:
+        if isinstance(v, _compat.Literal):
+            return Collapsed(v.val)
+        return env[v]
+
+    def write(v, value: Collapsed) -> None:
+        if not isinstance(v, _compat.DropVar):
+            env[v] = value
+
+    for v, c in zip(jaxpr.constvars, consts, strict=True):
+        write(v, Collapsed(c))
+    for v, a in zip(jaxpr.invars, args, strict=True):
+        write(v, a)
+
+    for eqn in jaxpr.eqns:
+        xs = [read(v) for v in eqn.invars]
+        primitive = eqn.primitive
+        if all(x.is_constant for x in xs) or not any(
+            _carries_derivative(v.aval) for v in eqn.outvars
+        ):
+            out = _compat.bind_equation(eqn, [x.primal for x in xs])
+            outs = out if primitive.multiple_results else [out]
+            for v, o in zip(eqn.outvars, outs, strict=True):
+                write(v, Collapsed(o))
+            continue
+        sub = _sub_jaxpr(eqn)
+        if sub is not None:
+            outs = eval_jaxpr_collapsed(sub[0], sub[1], xs, order, weights, summed)
+        else:
+            out = _compat.bind_equation(eqn, [x.primal for x in xs])
+            primals = list(out) if primitive.multiple_results else [out]
+            outs = _fast_path(eqn, xs, primals, order, weights, summed)
+            if outs is None:
+                outs = _general(eqn, xs, primals, order, weights, summed)
+        for v, o in zip(eqn.outvars, outs, strict=True):
+            if not _carries_derivative(v.aval):
+                o = Collapsed(o.primal)
+            write(v, o)
+
+    return [read(v) for v in jaxpr.outvars]
+
+
+def seed(
+    x: Array, directions: Array, order: int, weights: Array | None = None, summed: bool = True
+) -> Collapsed:
+    """The input `x + s v_d` for every direction `v_d` (`directions` shaped `(D, *x.shape)`).
+
+    At order 1 the direction is the top coefficient: summed with the weights, or per
+    direction.
+    """
+    directions = jnp.asarray(directions, jnp.result_type(x))
+    if order == 1:
+        if not summed:
+            return Collapsed(x, None, directions)
+        if weights is None:
+            return Collapsed(x, None, jnp.sum(directions, 0))
+        return Collapsed(x, None, jnp.tensordot(weights.astype(directions.dtype), directions, 1))
+    lower = directions[:, None]
+    return Collapsed(x, lower, None)
