@@ -20,6 +20,10 @@ $(VENV)/.stamp-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
+$(VENV)/.stamp-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $@
+
 $(VENV)/.stamp-demo: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[demo]'
 	touch $@
@@ -36,7 +40,7 @@ test: lint $(VENV)/.stamp-demo
 test-slow: $(VENV)/.stamp-test
 	$(BIN)/python -m pytest -n 2 -m slow $(PYTEST_ARGS)
 
-bench: $(VENV)/.stamp-test
+bench: $(VENV)/.stamp-bench
 	@mkdir -p benchmarks/results
 	@for script in benchmarks/bench_*.py; do \
 		echo "== $$script"; \

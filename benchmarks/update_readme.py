@@ -153,6 +153,17 @@ def batched_summary(payload: dict) -> str:
     return readme_summary(payload)
 
 
+OPERATORS_START, OPERATORS_END = "<!-- bench-operators:start -->", "<!-- bench-operators:end -->"
+
+
+def operators_summary(payload: dict) -> str:
+    """Differential operators (`benchmarks/bench_operators.py`): the README's compact view."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_operators import readme_summary
+
+    return readme_summary(payload)
+
+
 def _replace_between(text: str, start: str, end: str, body: str) -> str:
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
@@ -180,6 +191,14 @@ def main() -> int:
     if batched.exists() and BATCHED_START in text:
         text = _replace_between(
             text, BATCHED_START, BATCHED_END, batched_summary(json.loads(batched.read_text()))
+        )
+    operators = ROOT / "benchmarks/results/operators.json"
+    if operators.exists() and OPERATORS_START in text:
+        text = _replace_between(
+            text,
+            OPERATORS_START,
+            OPERATORS_END,
+            operators_summary(json.loads(operators.read_text())),
         )
     readme.write_text(text)
     return 0

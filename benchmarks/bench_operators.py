@@ -1,0 +1,404 @@
+"""Differential operators on a batch: taylax vs folx, jax.hessian, Hessian-vector products, jet.
+
+A tanh MLP `d -> 128 -> 128 -> 1` on a batch of 256 points (issue 15's network):
+
+* Laplacian, d = 8, 32, 128, float32 and float64: `jax.jit(jax.vmap(op))` steady state
+  for taylax (`taylax.laplacian`), folx (`folx.forward_laplacian`), the trace of
+  `jax.hessian`, a loop of Hessian-vector products (`vmap` over the basis of
+  `jvp(grad f)`) and `jax.experimental.jet` along every basis direction (`vmap`);
+  first calls (trace + compile + run) of taylax and folx, each in a fresh process;
+* `jax.grad` of a mean-squared Laplacian loss with respect to the parameters;
+* biharmonic, d = 4, 8, 16, float64: taylax against folx nested in itself and
+  nested `jax.hessian`.
+
+Steady state is the minimum over interleaved rounds. folx is a benchmark-only extra
+(`pip install -e .[bench]`); without it its columns read "—". Writes
+``benchmarks/results/operators.{md,json}`` (and ``operators.png`` with matplotlib).
+
+    python benchmarks/bench_operators.py            # the full suite (make bench)
+    python benchmarks/bench_operators.py --quick    # d = 8 and 32, float64, fewer rounds
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+from jax.experimental import jet as jax_jet  # noqa: E402
+
+import taylax  # noqa: E402
+
+try:
+    import folx
+except ImportError:  # a benchmark-only extra
+    folx = None
+
+HERE = Path(__file__).resolve().parent
+RESULTS_DIR = HERE / "results"
+WIDTH, BATCH = 128, 256
+
+
+def mlp_params(d, dtype, width=WIDTH, seed=0):
+    key = jax.random.PRNGKey(seed)
+    sizes = [d, width, width, 1]
+    params = []
+    for m, n in zip(sizes[:-1], sizes[1:]):
+        key, k1, k2 = jax.random.split(key, 3)
+        # `astype`: a NumPy scalar is strongly typed and would promote float32 to float64.
+        w = (jax.random.normal(k1, (m, n), dtype) / np.sqrt(m)).astype(dtype)
+        params.append((w, (0.1 * jax.random.normal(k2, (n,), dtype)).astype(dtype)))
+    return params
+
+
+def mlp(params, x):
+    for w, b in params[:-1]:
+        x = jnp.tanh(x @ w + b)
+    w, b = params[-1]
+    return (x @ w + b)[0]
+
+
+# --------------------------------------------------------------------------
+# Contenders: each maps one point x (d,) to the Laplacian of f there
+# --------------------------------------------------------------------------
+
+
+def laplacian_contenders(f) -> dict:
+    def hessian_trace(x):
+        return jnp.trace(jax.hessian(f)(x))
+
+    def hvp_loop(x):
+        grad = jax.grad(f)
+        basis = jnp.eye(x.size, dtype=x.dtype)
+        return jnp.sum(jax.vmap(lambda v: jax.jvp(grad, (x,), (v,))[1] @ v)(basis))
+
+    def jet_loop(x):
+        basis = jnp.eye(x.size, dtype=x.dtype)
+
+        def along(v):
+            _, (_, second) = jax_jet.jet(f, (x,), ((v, jnp.zeros_like(v)),))
+            return second
+
+        return jnp.sum(jax.vmap(along)(basis))
+
+    out = {"taylax": taylax.laplacian(f)}
+    if folx is not None:
+        out["folx"] = lambda x: folx.forward_laplacian(f)(x).laplacian
+    out.update({"jax.hessian": hessian_trace, "hvp loop": hvp_loop, "jet": jet_loop})
+    return out
+
+
+def biharmonic_contenders(f) -> dict:
+    def nested_hessian(x):
+        return jnp.trace(jax.hessian(lambda y: jnp.trace(jax.hessian(f)(y)))(x))
+
+    out = {"taylax": taylax.biharmonic(f), "nested jax.hessian": nested_hessian}
+    if folx is not None:
+
+        def nested_folx(x):
+            inner = lambda y: folx.forward_laplacian(f)(y).laplacian  # noqa: E731
+            return folx.forward_laplacian(inner)(x).laplacian
+
+        out["nested folx"] = nested_folx
+    return out
+
+
+def interleaved_minimum(fns: dict, args: tuple, rounds: int, budget_s: float = 20.0) -> dict:
+    best = {}
+    live = {}
+    for name, fn in fns.items():
+        try:
+            jax.block_until_ready(fn(*args))
+            live[name] = fn
+            best[name] = float("inf")
+        except Exception as err:  # a contender that cannot run this case
+            best[name] = f"failed: {type(err).__name__}"
+    start = time.perf_counter()
+    for r in range(rounds):
+        for name, fn in live.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            best[name] = min(best[name], (time.perf_counter() - t0) * 1e3)
+        if r >= 2 and time.perf_counter() - start > budget_s:
+            break
+    return best
+
+
+def _relative_error(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def laplacian_rows(dims, dtypes, rounds) -> list[dict]:
+    rows = []
+    for dtype_name in dtypes:
+        dtype = jnp.dtype(dtype_name)
+        for d in dims:
+            params = mlp_params(d, dtype)
+            f = lambda x, params=params: mlp(params, x)  # noqa: E731
+            xs = jax.random.normal(jax.random.PRNGKey(1), (BATCH, d), dtype)
+            fns = {k: jax.jit(jax.vmap(v)) for k, v in laplacian_contenders(f).items()}
+            times = interleaved_minimum(fns, (xs,), rounds)
+            reference = np.asarray(fns["jax.hessian"](xs))
+            row = {
+                "case": "laplacian",
+                "dtype": dtype_name,
+                "d": d,
+                "ms": times,
+                "rel_err_vs_hessian": _relative_error(fns["taylax"](xs), reference),
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def grad_rows(dims, rounds) -> list[dict]:
+    rows = []
+    for d in dims:
+        params = mlp_params(d, jnp.float64)
+        xs = jax.random.normal(jax.random.PRNGKey(1), (BATCH, d))
+
+        def loss_of(laplacian, xs=xs):
+            def loss(p):
+                return jnp.mean(jax.vmap(laplacian(lambda x: mlp(p, x)))(xs) ** 2)
+
+            return jax.jit(jax.grad(loss))
+
+        fns = {"taylax": loss_of(taylax.laplacian)}
+        if folx is not None:
+            fns["folx"] = loss_of(
+                lambda f: lambda x: folx.forward_laplacian(f)(x).laplacian  # noqa: E731
+            )
+        fns["jax.hessian"] = loss_of(lambda f: lambda x: jnp.trace(jax.hessian(f)(x)))
+        times = interleaved_minimum(fns, (params,), rounds)
+        ours, theirs = fns["taylax"](params), fns["jax.hessian"](params)
+        error = max(
+            _relative_error(a, b) for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs))
+        )
+        row = {"case": "grad", "dtype": "float64", "d": d, "ms": times, "rel_err": error}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def biharmonic_rows(dims, rounds) -> list[dict]:
+    rows = []
+    for d in dims:
+        params = mlp_params(d, jnp.float64)
+        f = lambda x, params=params: mlp(params, x)  # noqa: E731
+        xs = jax.random.normal(jax.random.PRNGKey(1), (BATCH, d))
+        fns = {k: jax.jit(jax.vmap(v)) for k, v in biharmonic_contenders(f).items()}
+        times = interleaved_minimum(fns, (xs,), rounds)
+        reference = np.asarray(fns["nested jax.hessian"](xs))
+        row = {
+            "case": "biharmonic",
+            "dtype": "float64",
+            "d": d,
+            "ms": times,
+            "rel_err_vs_hessian": _relative_error(fns["taylax"](xs), reference),
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def first_call_child(kind: str, d: int) -> dict:
+    """In a fresh process: trace + compile + run of one contender's batched Laplacian."""
+    params = mlp_params(d, jnp.float64)
+    f = lambda x: mlp(params, x)  # noqa: E731
+    xs = jax.random.normal(jax.random.PRNGKey(1), (BATCH, d))
+    jax.block_until_ready(xs)
+    fn = jax.jit(jax.vmap(laplacian_contenders(f)[kind]))
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(xs))
+    return {"case": "first_call", "kind": kind, "d": d, "seconds": time.perf_counter() - t0}
+
+
+def first_calls(dims) -> list[dict]:
+    rows = []
+    kinds = ["taylax"] + (["folx"] if folx is not None else [])
+    for d in dims:
+        for kind in kinds:
+            cmd = [sys.executable, __file__, "--first-call", kind, str(d)]
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                row = {"case": "first_call", "kind": kind, "d": d, "seconds": None}
+            else:
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+# --------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------
+
+
+def _fmt(ms) -> str:
+    if not isinstance(ms, (int, float)) or ms == float("inf"):
+        return "—" if not isinstance(ms, str) else ms
+    return f"{ms:.2f} ms" if ms < 10 else f"{ms:.1f} ms"
+
+
+def _ratio(ms: dict, other: str) -> str:
+    ours, theirs = ms.get("taylax"), ms.get(other)
+    if not isinstance(ours, float) or not isinstance(theirs, float) or theirs == float("inf"):
+        return "—"
+    return f"{ours / theirs:.2f}×"
+
+
+def readme_summary(payload: dict) -> str:
+    meta = payload["meta"]
+    lines = [
+        f"(g) Differential operators on a tanh MLP `d -> {WIDTH} -> {WIDTH} -> 1`, batch "
+        f"{BATCH}, `jax.jit(jax.vmap(op))` steady state (minimum of interleaved rounds), "
+        f"{meta['machine']}, measured {meta['date'][:10]} (`benchmarks/results/operators.md`). "
+        "Ratios are taylax / the contender (below 1: taylax wins).",
+        "",
+        "| operator | dtype | d | taylax | folx | jax.hessian | HVP loop | jet | "
+        "taylax / folx | taylax / jax.hessian |",
+        "|---|---|---:|---|---|---|---|---|---|---|",
+    ]
+    for r in payload["laplacian"]:
+        ms = r["ms"]
+        lines.append(
+            f"| Laplacian | {r['dtype']} | {r['d']} | {_fmt(ms['taylax'])} | "
+            f"{_fmt(ms.get('folx'))} | {_fmt(ms['jax.hessian'])} | {_fmt(ms['hvp loop'])} | "
+            f"{_fmt(ms['jet'])} | {_ratio(ms, 'folx')} | {_ratio(ms, 'jax.hessian')} |"
+        )
+    for r in payload["grad"]:
+        ms = r["ms"]
+        lines.append(
+            f"| grad of mean Laplacian² | {r['dtype']} | {r['d']} | {_fmt(ms['taylax'])} | "
+            f"{_fmt(ms.get('folx'))} | {_fmt(ms['jax.hessian'])} | | | "
+            f"{_ratio(ms, 'folx')} | {_ratio(ms, 'jax.hessian')} |"
+        )
+    if payload["biharmonic"]:
+        lines += [
+            "",
+            "| biharmonic | d | taylax | nested folx | nested jax.hessian | taylax / nested folx "
+            "| taylax / nested jax.hessian |",
+            "|---|---:|---|---|---|---|---|",
+        ]
+        for r in payload["biharmonic"]:
+            ms = r["ms"]
+            lines.append(
+                f"| float64 | {r['d']} | {_fmt(ms['taylax'])} | {_fmt(ms.get('nested folx'))} | "
+                f"{_fmt(ms['nested jax.hessian'])} | {_ratio(ms, 'nested folx')} | "
+                f"{_ratio(ms, 'nested jax.hessian')} |"
+            )
+    if payload["first_calls"]:
+        by = {(r["kind"], r["d"]): r["seconds"] for r in payload["first_calls"]}
+        dims = sorted({r["d"] for r in payload["first_calls"]})
+        cells = []
+        for d in dims:
+            ours, theirs = by.get(("taylax", d)), by.get(("folx", d))
+            text = f"d = {d}: {ours:.2f} s" if ours is not None else f"d = {d}: —"
+            if theirs is not None and ours is not None:
+                text += f" vs folx {theirs:.2f} s ({ours / theirs:.2f}×)"
+            cells.append(text)
+        lines += ["", "Laplacian first call (fresh process, float64): " + "; ".join(cells) + "."]
+    errors = [r["rel_err_vs_hessian"] for r in payload["laplacian"] if r["dtype"] == "float64"]
+    if errors:
+        lines += [
+            "",
+            f"Largest relative difference from the trace of `jax.hessian` in float64: "
+            f"{max(errors):.1e} (Laplacian), "
+            + ", ".join(f"{r['rel_err']:.1e}" for r in payload["grad"])
+            + " (its gradient).",
+        ]
+    return "\n".join(lines)
+
+
+def plot(payload: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, dtype in zip(axes, ("float32", "float64")):
+        rows = [r for r in payload["laplacian"] if r["dtype"] == dtype]
+        if not rows:
+            continue
+        dims = [r["d"] for r in rows]
+        for name in ("taylax", "folx", "jax.hessian", "hvp loop", "jet"):
+            values = [r["ms"].get(name) for r in rows]
+            if all(isinstance(v, float) for v in values):
+                ax.plot(dims, values, marker="o", label=name)
+        ax.set(xscale="log", yscale="log", xlabel="d", ylabel="ms per batch", title=dtype)
+        ax.set_xticks(dims, [str(d) for d in dims])
+        ax.legend()
+    fig.suptitle(f"Laplacian of a tanh MLP d -> {WIDTH} -> {WIDTH} -> 1, batch {BATCH}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def markdown(payload: dict) -> str:
+    return (
+        f"# Differential operators ({payload['meta']['date'][:10]})\n\n{readme_summary(payload)}\n"
+    )
+
+
+def main(argv=None) -> int:
+    """Run the operator suite and write ``results/operators.{md,json,png}``.
+
+    Args:
+      argv: command-line arguments (default ``sys.argv[1:]``).
+
+    Returns:
+      The exit status (0).
+
+    Example:
+      >>> main(["--quick"])  # doctest: +SKIP
+    """
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="d = 8 and 32, float64")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--out-dir", default=str(RESULTS_DIR))
+    parser.add_argument("--first-call", nargs=2, metavar=("KIND", "D"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.first_call:
+        kind, d = args.first_call
+        print(json.dumps(first_call_child(kind, int(d))))
+        return 0
+    dims = [8, 32] if args.quick else [8, 32, 128]
+    dtypes = ["float64"] if args.quick else ["float32", "float64"]
+    rounds = 5 if args.quick else args.rounds
+    payload = {
+        "meta": {
+            "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "machine": f"jax {jax.__version__}, {os.cpu_count()} CPUs ({platform.machine()})",
+            "folx": getattr(folx, "__version__", "installed") if folx else None,
+        },
+        "laplacian": laplacian_rows(dims, dtypes, rounds),
+        "grad": grad_rows(dims[:2], rounds),
+        "biharmonic": biharmonic_rows([4, 8] if args.quick else [4, 8, 16], rounds),
+        "first_calls": first_calls(dims),
+    }
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "operators.json").write_text(json.dumps(payload, indent=1))
+    (out / "operators.md").write_text(markdown(payload))
+    plot(payload, out / "operators.png")
+    print(markdown(payload))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
