@@ -141,27 +141,27 @@ def _relative_error(a, b) -> float:
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
+def operator_row(case: str, contenders, reference: str, dtype_name: str, d: int, rounds: int):
+    """Time every contender of one operator on one network and check taylax against
+    `reference` (a dense jax.hessian contender)."""
+    dtype = jnp.dtype(dtype_name)
+    params = mlp_params(d, dtype)
+    f = lambda x: mlp(params, x)  # noqa: E731
+    xs = jax.random.normal(jax.random.PRNGKey(1), (BATCH, d), dtype)
+    fns = {k: jax.jit(jax.vmap(v)) for k, v in contenders(f).items()}
+    times = interleaved_minimum(fns, (xs,), rounds)
+    error = _relative_error(fns["taylax"](xs), fns[reference](xs))
+    row = {"case": case, "dtype": dtype_name, "d": d, "ms": times, "rel_err_vs_hessian": error}
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def laplacian_rows(dims, dtypes, rounds) -> list[dict]:
-    rows = []
-    for dtype_name in dtypes:
-        dtype = jnp.dtype(dtype_name)
-        for d in dims:
-            params = mlp_params(d, dtype)
-            f = lambda x, params=params: mlp(params, x)  # noqa: E731
-            xs = jax.random.normal(jax.random.PRNGKey(1), (BATCH, d), dtype)
-            fns = {k: jax.jit(jax.vmap(v)) for k, v in laplacian_contenders(f).items()}
-            times = interleaved_minimum(fns, (xs,), rounds)
-            reference = np.asarray(fns["jax.hessian"](xs))
-            row = {
-                "case": "laplacian",
-                "dtype": dtype_name,
-                "d": d,
-                "ms": times,
-                "rel_err_vs_hessian": _relative_error(fns["taylax"](xs), reference),
-            }
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    return rows
+    return [
+        operator_row("laplacian", laplacian_contenders, "jax.hessian", dtype, d, rounds)
+        for dtype in dtypes
+        for d in dims
+    ]
 
 
 def grad_rows(dims, rounds) -> list[dict]:
@@ -194,24 +194,11 @@ def grad_rows(dims, rounds) -> list[dict]:
 
 
 def biharmonic_rows(dims, rounds) -> list[dict]:
-    rows = []
-    for d in dims:
-        params = mlp_params(d, jnp.float64)
-        f = lambda x, params=params: mlp(params, x)  # noqa: E731
-        xs = jax.random.normal(jax.random.PRNGKey(1), (BATCH, d))
-        fns = {k: jax.jit(jax.vmap(v)) for k, v in biharmonic_contenders(f).items()}
-        times = interleaved_minimum(fns, (xs,), rounds)
-        reference = np.asarray(fns["nested jax.hessian"](xs))
-        row = {
-            "case": "biharmonic",
-            "dtype": "float64",
-            "d": d,
-            "ms": times,
-            "rel_err_vs_hessian": _relative_error(fns["taylax"](xs), reference),
-        }
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    return rows
+    reference = "nested jax.hessian"
+    return [
+        operator_row("biharmonic", biharmonic_contenders, reference, "float64", d, rounds)
+        for d in dims
+    ]
 
 
 def first_call_child(kind: str, d: int) -> dict:

@@ -75,9 +75,8 @@ def test_top_kept_per_direction(order):
     np.testing.assert_allclose(out.top, expected, rtol=1e-10)
 
 
-def test_primal_is_computed_once_not_per_direction():
-    """Every tanh in a Laplacian's program acts on per-point arrays (no direction axis)."""
-    width, d = 7, 5
+def _ones_mlp(d: int, width: int):
+    """A tanh MLP `d -> width -> width -> 1` and its number of layers."""
     ws = [np.ones((d, width)), np.ones((width, width)), np.ones((width, 1))]
 
     def mlp(x):
@@ -85,6 +84,13 @@ def test_primal_is_computed_once_not_per_direction():
             x = jnp.tanh(x @ w)
         return (x @ ws[-1])[0]
 
+    return mlp, len(ws)
+
+
+def test_primal_is_computed_once_not_per_direction():
+    """Every tanh in a Laplacian's program acts on per-point arrays (no direction axis)."""
+    width, d = 7, 5
+    mlp, _ = _ones_mlp(d, width)
     jaxpr = jax.make_jaxpr(taylax.laplacian(mlp))(jnp.ones(d))
     shapes = []
 
@@ -102,13 +108,6 @@ def test_primal_is_computed_once_not_per_direction():
 def test_matmuls_per_layer():
     """A layer maps the primal, the per-direction coefficients and the summed top: three
     matmuls (two for the first, whose input has no top), none of them per direction."""
-    width, d = 6, 4
-    ws = [np.ones((d, width)), np.ones((width, width)), np.ones((width, 1))]
-
-    def mlp(x):
-        for w in ws[:-1]:
-            x = jnp.tanh(x @ w)
-        return (x @ ws[-1])[0]
-
-    counts = taylax.equation_counts(jax.make_jaxpr(taylax.laplacian(mlp))(jnp.ones(d)))
-    assert counts["dot_general"] == 2 + 3 * (len(ws) - 1)
+    mlp, layers = _ones_mlp(4, 6)
+    counts = taylax.equation_counts(jax.make_jaxpr(taylax.laplacian(mlp))(jnp.ones(4)))
+    assert counts["dot_general"] == 2 + 3 * (layers - 1)
