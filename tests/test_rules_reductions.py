@@ -100,6 +100,16 @@ CASES = [
         D23,
         v=DV23,
     ),
+    # Values that are not dyadic: nested jvp rounds each derivative (reduce_precision's jvp
+    # rounds the tangent), so rounding the normalized coefficients x^(k)/k! would differ.
+    Case(
+        "reduce_precision_half_output",
+        lambda x: lax.reduce_precision(jnp.exp(x) * jnp.sin(x), exponent_bits=5, mantissa_bits=10),
+    ),
+    Case(
+        "reduce_precision_half_inner",
+        lambda x: jnp.sin(lax.reduce_precision(jnp.exp(x), exponent_bits=5, mantissa_bits=10)),
+    ),
     # ---- sorting and selection --------------------------------------------------------------
     Case("sort", lambda x: jnp.exp(jnp.sort(jnp.sin(x) * x, axis=1))),
     Case("sort_axis0", lambda x: jnp.sort(jnp.exp(x) - 2.0 * x, axis=0) * x),

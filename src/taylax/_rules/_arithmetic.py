@@ -13,8 +13,19 @@ from .._interpret import register_rule, taylor_rules
 from .._series import Series
 from ._common import aligned, chunked, defconstant, defelementwise_linear, weighted_sum
 
-for _p in (lax.add_p, lax.sub_p, lax.neg_p, lax.reduce_precision_p, lax.copy_p):
+for _p in (lax.add_p, lax.sub_p, lax.neg_p, lax.copy_p):
     defelementwise_linear(_p)
+
+
+@register_rule(lax.reduce_precision_p)
+def _reduce_precision(order, x, **params):
+    # Its jvp rounds the tangent, so nested jvp rounds every derivative x^(k): round k! x_k,
+    # not the normalized coefficient x_k = x^(k)/k! (the two differ when x_k is not exact).
+    del order
+    if x.is_constant:
+        return Series.constant(lax.reduce_precision_p.bind(x.primal, **params))
+    scale = ks.factorials(x.degree, len(x.shape), x.dtype).astype(x.dtype)
+    return Series(lax.reduce_precision_p.bind(x.coeffs * scale, **params) / scale)
 
 
 # Affine arithmetic with concrete scalars keeps a line's direction known as a number
