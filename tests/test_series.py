@@ -6,6 +6,7 @@ takes the closed form along a line. Composing it after an inner function
 recurrences (push-form loops, composition, chunking).
 """
 
+import math
 import re
 
 import jax
@@ -229,7 +230,52 @@ def test_exponent_coefficients_for_concrete_non_integer_or_complex_exponents(p):
     # Only a real integer-valued exponent takes the product path; anything else uses pow.
     x0 = jnp.array([0.7 + 0.2j, 1.3 - 0.4j])
     got = ks.exp_like_power_coeffs(np.asarray(p, np.complex128), x0, 4)
-    want = ks.falling_factorials(p, 4, (2,), x0.dtype) / ks.factorials(4, 1, x0.dtype)
+    falling = np.cumprod([1.0] + [p - j for j in range(4)])
+    want = (falling / [math.factorial(m) for m in range(5)])[:, None]
     steps = (jnp.asarray(p, jnp.complex128) - jnp.arange(5.0))[:, None]
     want = want * jax.lax.pow(jnp.broadcast_to(x0, (5, 2)), steps)
     np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+# --------------------------------------------------------------------------------------------
+# Range-safe constants for high orders (see `derivative_scale`).
+# --------------------------------------------------------------------------------------------
+
+
+def test_times_exact_applies_factors_outside_the_dtype_range():
+    from fractions import Fraction
+
+    x = jnp.asarray([1e-30, -3e-30], jnp.float32)
+    factors = [Fraction(2) ** 140, Fraction(math.factorial(40)) / 2**100]
+    want = [1e-30 * 2.0**140, -3e-30 * math.factorial(40) / 2**100]
+    # Jitted: XLA would fold two constant multiplications into one out-of-range constant.
+    got = jax.jit(lambda x: ks.times_exact(x, factors))(x)
+    np.testing.assert_allclose(got, want, rtol=2e-7)
+    np.testing.assert_array_equal(ks.times_exact(jnp.zeros(2, jnp.float32), factors), [0, 0])
+
+
+def test_inverse_factorials_and_binomials_stay_in_range():
+    # 1/40! is below float32's range; 16^40/40! is not.
+    got = ks.inverse_factorials(40, 0, jnp.float32, 16.0)
+    want = [16.0**k / math.factorial(k) for k in range(41)]
+    np.testing.assert_allclose(got, want, rtol=1e-7)
+    assert ks.inverse_factorials(40, 0, jnp.float32)[40] == 0  # a true underflow
+    # binom(1/2, m) up to m = 60 in float32: finite, where falling factorial / m! was nan.
+    got = ks.binomials(0.5, 60, (), jnp.float32)
+    want = [1.0]
+    for m in range(60):
+        want.append(want[-1] * (0.5 - m) / (m + 1))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert np.all(np.isfinite(ks.factorials(200, 0, jnp.float64)[:171]))  # no OverflowError
+
+
+@pytest.mark.parametrize(
+    "dtype, unscaled_up_to", [(jnp.float16, 3), (jnp.float32, 12), (jnp.float64, 57)]
+)
+def test_derivative_scale(dtype, unscaled_up_to):
+    assert ks.derivative_scale(unscaled_up_to, dtype) == 1.0
+    h = ks.derivative_scale(unscaled_up_to + 1, dtype)
+    k = unscaled_up_to + 1
+    np.testing.assert_allclose(h, math.factorial(k) ** (1 / k))
+    # Capped so that the largest h^k/k! (about e^h) stays representable.
+    assert ks.derivative_scale(2000, dtype) <= 0.9 * math.log(float(jnp.finfo(dtype).max))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +17,15 @@ from . import (
 )
 from ._derivative import ProgramCache, closed_key, const_value_key, make_jaxpr
 from ._interpret import eval_jaxpr_series
-from ._series import Series, factorials, pad_degree, unit_seed
+from ._series import (
+    Series,
+    check_order_for_dtype,
+    derivative_scale,
+    factorials,
+    pad_degree,
+    times_exact,
+    unit_seed,
+)
 
 
 def check_order(order, name: str = "order") -> int:
@@ -107,20 +117,63 @@ def _output(o: Series, aval, order: int):
     return primal, pad_degree(o.coeffs, order)[1:]
 
 
-def _seeds(primals, directions, order: int, unit: bool = False) -> list[Series]:
-    """Input series `x + s v`; with `unit`, the direction is exactly 1 (the default one),
+def _pass_scale(order: int, leaves) -> float:
+    """The `derivative_scale` of a pass for derivatives of `leaves` (the narrowest dtype's:
+    every input shares the one line parameter)."""
+    dtypes = [jnp.result_type(x) for x in leaves]
+    for d in dtypes:
+        check_order_for_dtype(order, d, "taylax")
+    return min((derivative_scale(order, d) for d in dtypes), default=1.0)
+
+
+def _seeds(primals, directions, order: int, unit: bool = False, scale: float = 1.0):
+    """Input series `x + scale s v`; with `unit`, `v` is exactly 1 (the default one),
     marked so that closed forms along the line need no powers of it."""
     if order == 0:
         return [Series.constant(p) for p in primals]
     if unit:
-        return [Series(unit_seed(jnp.asarray(p))) for p in primals]
-    return [Series(jnp.stack([p, jnp.asarray(v, p.dtype)])) for p, v in zip(primals, directions)]
+        return [Series(unit_seed(jnp.asarray(p), scale)) for p in primals]
+    series = []
+    for p, v in zip(primals, directions):
+        v = jnp.asarray(v, p.dtype)
+        series.append(Series(jnp.stack([p, v if scale == 1.0 else v * scale])))
+    return series
 
 
-def _taylor_program(order: int, unit: bool = False):
+def _to_derivatives(c, order: int, scale: float, exact: bool = False):
+    """`k! c_k / scale^k` for the stacked coefficients `c_1..c_K` of a pass along `scale`
+    times the direction: the derivatives along the direction. `exact` multiplies by the
+    exact rationals (`k!` may be past the dtype's range) instead of rounded constants."""
+    if scale == 1.0 and not exact:
+        return c * factorials(order, c.ndim - 1, c.dtype)[1:].astype(c.dtype)
+    h = Fraction(scale)
+    return times_exact(c, [Fraction(math.factorial(k)) / h**k for k in range(1, order + 1)])
+
+
+def _merged(scaled, unscaled):
+    """Each order from the pass along `h` times the direction where it is finite, else
+    from the unscaled one.
+
+    One line scale cannot suit every order of every function: `h ~ (K!)^(1/K)` keeps
+    the orders of entire functions (derivatives of size 1, coefficients `h^k/k!`) in
+    range, but for a function with a nearby singularity (derivatives `k!/r^k`) it makes
+    the coefficients `(h/r)^k` overflow at orders whose derivatives are representable.
+    Unscaled, those coefficients are `r^-k`, below the derivatives, and they overflow
+    only when the derivatives do; the scaled pass covers what underflows unscaled.
+    """
+    # A 0 from the unscaled pass may be an underflowed coefficient times `k!`: keep the
+    # scaled pass's inf or nan then, never a silent 0.
+    usable = jnp.isfinite(unscaled) & (unscaled != 0)
+    return jnp.where(jnp.isfinite(scaled), scaled, jnp.where(usable, unscaled, scaled))
+
+
+def _taylor_program(order: int, unit: bool = False, scale: float | None = 1.0):
+    """`scale=None`: the pass's `_pass_scale` (derivatives); a number: that scale."""
+
     def make(jaxpr):
         def program(consts, x_leaves, v_leaves):
-            seeds = _seeds(x_leaves, v_leaves, order, unit)
+            h = _pass_scale(order, x_leaves) if scale is None else scale
+            seeds = _seeds(x_leaves, v_leaves, order, unit, h)
             outs = eval_jaxpr_series(jaxpr, consts, seeds, order)
             pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
             return [p for p, _ in pairs], [c for _, c in pairs]
@@ -131,17 +184,23 @@ def _taylor_program(order: int, unit: bool = False):
 
 
 def _derivatives_program(order: int, unit: bool = False):
-    taylor_make = _taylor_program(order, unit)
+    scaled_make = _taylor_program(order, unit, scale=None)
+    plain_make = _taylor_program(order, unit)
 
     def make(jaxpr):
-        taylor_program = taylor_make(jaxpr)
+        scaled_program, plain_program = scaled_make(jaxpr), plain_make(jaxpr)
 
         def program(consts, x_leaves, v_leaves):
-            primals, coeffs = taylor_program(consts, x_leaves, v_leaves)
+            primals, coeffs = scaled_program(consts, x_leaves, v_leaves)
+            scale = _pass_scale(order, x_leaves)
+            if scale != 1.0:
+                _, plain = plain_program(consts, x_leaves, v_leaves)
             out = []
-            for p, c in zip(primals, coeffs):
+            for i, (p, c) in enumerate(zip(primals, coeffs)):
                 if order and jnp.issubdtype(p.dtype, jnp.inexact):
-                    c = c * factorials(order, p.ndim, p.dtype)[1:].astype(c.dtype)
+                    c = _to_derivatives(c, order, scale)
+                    if scale != 1.0:
+                        c = _merged(c, _to_derivatives(plain[i], order, 1.0, exact=True))
                 out.append(lax.concatenate([p[None], c], 0))
             return out
 
@@ -277,27 +336,52 @@ def derivatives(fun: Callable, order: int) -> Callable:
     return derivatives_fun
 
 
+def _jet_pass(jaxpr, consts, primals, terms, order: int, scale: float, exact: bool):
+    """Outputs of one pass along `scale` times the input series, in derivative terms."""
+    series = []
+    for p, ts in zip(primals, terms):
+        if order == 0:
+            series.append(Series.constant(p))
+            continue
+        c = jnp.stack([p] + [jnp.asarray(t, p.dtype) for t in ts])
+        if scale == 1.0 and not exact:
+            c = c / factorials(order, p.ndim, p.dtype).astype(c.dtype)
+        else:
+            h = Fraction(scale)
+            c = times_exact(c, [h**k / math.factorial(k) for k in range(order + 1)])
+        series.append(Series(c))
+    outs = eval_jaxpr_series(jaxpr, consts, series, order)
+    pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
+    coeffs = [
+        _to_derivatives(c, order, scale, exact) if jnp.issubdtype(c.dtype, jnp.inexact) else c
+        for _, c in pairs
+    ]
+    return [p for p, _ in pairs], coeffs
+
+
 def _jet_program(order: int, factorial_scaled: bool):
     def make(jaxpr):
         def program(consts, primals, terms):
-            series = []
-            for p, ts in zip(primals, terms):
-                if order == 0:
-                    series.append(Series.constant(p))
-                    continue
-                c = jnp.stack([p] + [jnp.asarray(t, p.dtype) for t in ts])
-                if factorial_scaled:
-                    c = c / factorials(order, p.ndim, p.dtype).astype(c.dtype)
-                series.append(Series(c))
-            outs = eval_jaxpr_series(jaxpr, consts, series, order)
-            pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
-            primals_out, coeffs = [p for p, _ in pairs], [c for _, c in pairs]
-            if factorial_scaled and order:
+            if not factorial_scaled:
+                series = [
+                    Series(jnp.stack([p] + [jnp.asarray(t, p.dtype) for t in ts]))
+                    if order
+                    else Series.constant(p)
+                    for p, ts in zip(primals, terms)
+                ]
+                outs = eval_jaxpr_series(jaxpr, consts, series, order)
+                pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
+                return [p for p, _ in pairs], [c for _, c in pairs]
+            # Derivative terms go in as `x^(k) h^k / k!` and come out divided by the same:
+            # a pass along `h` times the input series (see `derivative_scale`), merged
+            # order by order with an unscaled pass where it overflows (see `_merged`).
+            scale = _pass_scale(order, primals)
+            primals_out, coeffs = _jet_pass(jaxpr, consts, primals, terms, order, scale, False)
+            if scale != 1.0 and order:
+                _, plain = _jet_pass(jaxpr, consts, primals, terms, order, 1.0, True)
                 coeffs = [
-                    c * factorials(order, c.ndim - 1, c.dtype)[1:].astype(c.dtype)
-                    if jnp.issubdtype(c.dtype, jnp.inexact)
-                    else c
-                    for c in coeffs
+                    _merged(c, u) if jnp.issubdtype(c.dtype, jnp.inexact) else c
+                    for c, u in zip(coeffs, plain)
                 ]
             return primals_out, coeffs
 

@@ -38,12 +38,13 @@ import math
 import operator
 import weakref
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat, _rules  # noqa: F401  (_rules registers the built-in rules)
+from . import _compat, _rules, _series as ks  # noqa: F401  (_rules registers the built-in rules)
 from ._interpret import (
     eval_jaxpr_series,
     register_rule,
@@ -88,11 +89,14 @@ class Program:
 # --------------------------------------------------------------------------
 
 
-def _scaled_coefficient(y: Series, n: int):
-    """`n! y_n`, the n-th derivative, from a series (zero past its degree)."""
+def _scaled_coefficient(y: Series, n: int, scale: float):
+    """`n! y_n / scale^n`, the n-th derivative, from the series of a pass along `scale`
+    times the unit direction (zero past its degree)."""
     if n > y.degree:
         return jnp.zeros(y.shape, y.dtype)
     c = y.primal if n == 0 else y.coeffs[n]
+    if scale != 1.0:
+        return ks.times_exact(c, Fraction(math.factorial(n)) / Fraction(scale) ** n)
     return c * np.asarray(math.factorial(n), c.dtype) if n > 1 else c
 
 
@@ -103,8 +107,8 @@ def _evaluate(*args, program: Program, orders: tuple[int, ...]):
     top = max(orders, default=0)
     if top == 0:
         return _compat.jaxpr_as_fun(jaxpr)(*consts, t)
-    outs = _unit_seed_series(jaxpr, consts, t, top)
-    return [_scaled_coefficient(y, n) for y, n in zip(outs, orders, strict=True)]
+    outs, scale = _unit_seed_series(jaxpr, consts, t, top)
+    return [_scaled_coefficient(y, n, scale) for y, n in zip(outs, orders, strict=True)]
 
 
 # --------------------------------------------------------------------------
@@ -428,30 +432,41 @@ def _note_needed_order(sub: _compat.ClosedJaxpr, order: int) -> None:
         _note_needed_order(inner, needed)
 
 
-def _unit_seed_series(sub: _compat.ClosedJaxpr, consts, t0, order: int) -> list[Series]:
-    """Series of `sub(*consts, t0 + u)` in `u` up to (at least) `order`.
+def _unit_seed_series(
+    sub: _compat.ClosedJaxpr, consts, t0, order: int
+) -> tuple[list[Series], float]:
+    """Series of `sub(*consts, t0 + h u)` in `u` up to (at least) `order`, and `h`.
 
     One jitted Taylor pass per (sub-program, order), cached, so a sub-program
     reached from many places is traced once; the seed is built inside, where
-    its direction is known to be exactly 1.
+    its direction is known to be exactly `h`: 1, or at high orders the power of two
+    `ks.derivative_scale` that keeps the coefficients in the dtype's range.
     """
     order = max(order, _NEEDED_ORDER.get(sub, 0))
+    ks.check_order_for_dtype(order, jnp.result_type(t0), "taylax.derivative")
+    scale = ks.derivative_scale(order, jnp.result_type(t0))
 
     def taylor_call(sub, *args):
         *consts, t0 = args
-        inputs = [Series.constant(c) for c in consts] + [Series(unit_seed(t0))]
+        inputs = [Series.constant(c) for c in consts] + [Series(unit_seed(t0, scale))]
         return as_outputs(eval_jaxpr_series(sub.jaxpr, sub.consts, inputs, order))
 
-    key = (order, len(consts))
+    key = (order, len(consts), scale)
     fn = jit_per_jaxpr(_UNIT_SEED_CALLS, sub, key, taylor_call, f"taylor_derivative_{order}")
-    return from_outputs(fn(*consts, t0), sub.out_avals)
+    return from_outputs(fn(*consts, t0), sub.out_avals), scale
 
 
-def _shifted(a: Series, n: int, order: int):
-    """`d_m = f^(n+m)(t0) / m!` for m = 0..order, from `a_j = f^(j)(t0) / j!`."""
+def _shifted(a: Series, n: int, order: int, scale: float = 1.0, direction: float = 1.0):
+    """`d_m = f^(n+m)(t0) direction^m / m!` for m = 0..order, from the coefficients
+    `a_j = f^(j)(t0) scale^j / j!` of a pass along `scale` times the unit direction."""
     if n > a.degree:
         return None
     coeffs = pad_degree(a.coeffs, n + order)
+    if scale != 1.0 or direction != 1.0:
+        # Exact rational ratios applied without leaving the dtype's range on the way.
+        h, v = Fraction(scale), Fraction(direction)
+        ratios = [Fraction(math.perm(n + m, n)) * v**m / h ** (n + m) for m in range(order + 1)]
+        return ks.times_exact(coeffs[n:], ratios)
     if n == 0:
         # No shift: a slice, which XLA does not copy. (The identity as a product would
         # cost a dot kernel per level, about a quarter of a jitted recursion's compile.)
@@ -489,14 +504,21 @@ def _evaluate_shared(
     if t.is_constant or t.shape != () or any(not c.is_constant for c in consts):
         return None
     top = max(max(o, default=0) for o in member_orders)
-    a = _unit_seed_series(sub, [c.primal for c in consts], t.primal, order + top)
+    a, scale = _unit_seed_series(sub, [c.primal for c in consts], t.primal, order + top)
+    # A known direction (the enclosing pass's own scale, say) goes into the shift's
+    # ratios: `f^(n+m)/m!` alone can leave the dtype's range where the product does not.
+    direction = ks.line_direction(t.coeffs) if t.degree == 1 else None
+    if isinstance(direction, complex):
+        direction = None
     result = []
     for orders in member_orders:
         outs = []
         for y, n in zip(a, orders, strict=True):
-            d = _shifted(y, n, order)
+            d = _shifted(y, n, order, scale, 1.0 if direction is None else direction)
             if d is None:
                 outs.append(Series.constant(jnp.zeros(y.shape, y.dtype)))
+            elif direction is not None:
+                outs.append(Series(d))
             elif t.degree == 1:
                 outs.append(Series(along_line(t.coeffs, d, order)))
             else:

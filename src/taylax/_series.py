@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -151,7 +152,7 @@ def lift(c: Array, ndim: int) -> Array:
 
 def orders(degree: int, ndim: int, dtype) -> np.ndarray:
     """`[0, 1, ..., degree]` shaped to broadcast against a stacked array."""
-    real = np.finfo(jnp.dtype(dtype)).dtype if jnp.issubdtype(dtype, np.inexact) else dtype
+    real = real_dtype(dtype) if jnp.issubdtype(dtype, np.inexact) else dtype
     return np.arange(degree + 1, dtype=real).reshape((degree + 1,) + (1,) * ndim)
 
 
@@ -160,8 +161,152 @@ def real_dtype(dtype):
 
 
 def factorials(degree: int, ndim: int, dtype) -> np.ndarray:
-    values = np.array([float(math.factorial(k)) for k in range(degree + 1)])
-    return values.astype(real_dtype(dtype)).reshape((degree + 1,) + (1,) * ndim)
+    """`k!` for k = 0..degree in `dtype`'s real type (inf past its range, never an error)."""
+    values = np.array([float(math.factorial(k)) if k <= 170 else np.inf for k in range(degree + 1)])
+    with np.errstate(over="ignore"):
+        return values.astype(real_dtype(dtype)).reshape((degree + 1,) + (1,) * ndim)
+
+
+def exact_float(q: Fraction) -> float:
+    """`q` correctly rounded to float64: `inf` (signed) above its range, 0 below it."""
+    try:
+        return float(q)
+    except OverflowError:
+        return math.copysign(math.inf, q)
+
+
+def inverse_factorials(degree: int, ndim: int, dtype, scale: float = 1.0) -> np.ndarray:
+    """`scale^k / k!` for k = 0..degree in `dtype`'s real type, each from the exact
+    rational: 0 only where the value is below the dtype's range (`1/34!` in float32 is,
+    `32^34 / 34!` is not)."""
+    base = Fraction(scale)
+    values = np.array([exact_float(base**k / math.factorial(k)) for k in range(degree + 1)])
+    with np.errstate(over="ignore", under="ignore"):
+        return values.astype(real_dtype(dtype)).reshape((degree + 1,) + (1,) * ndim)
+
+
+def derivative_scale(order: int, dtype) -> float:
+    """The factor `h` by which a pass for derivatives up to `order` stretches its line.
+
+    Derivatives `f^(k) = k! y_k` come from normalized coefficients `y_k = f^(k)/k!`, which
+    leave a narrow dtype long before the derivatives do: `1/34!` is below float32's range
+    and `35!` above it, so `exp`'s 35th derivative (1.35) would read as `0 * inf`. Along
+    `x + h s v` the coefficients are `f^(k) h^k / k!` instead. With `h = (K!)^(1/K)` (the
+    geometric mean of 1..K) the top one equals the derivative and the others are within
+    `h^k / k! <= e^h` of theirs, so they are representable wherever the derivatives are
+    (up to that factor, which is why `h` is capped at `0.9 log(max)`: float16 10,
+    float32 80, float64 638).
+
+    1 (no scaling) while `K!` is far inside the dtype's range, so low orders are
+    untouched. Raises nothing; `scale_shortfall` says when the cap costs range.
+    """
+    if order <= 1 or not jnp.issubdtype(dtype, np.inexact):
+        return 1.0
+    log_max = math.log(float(jnp.finfo(dtype).max))
+    log_factorial = math.lgamma(order + 1)
+    if log_factorial <= log_max / 4:
+        return 1.0
+    return float(min(math.exp(log_factorial / order), 0.9 * log_max))
+
+
+def scale_shortfall(order: int, dtype) -> float:
+    """`log(K! / h^K)` for `h = derivative_scale(order, dtype)`: how far below the
+    order-K derivative its coefficient lies (0 unless the cap on `h` binds). Past half
+    the dtype's log range, derivatives of entire functions (exp, sin) at the top orders
+    underflow to 0 although they are representable."""
+    h = derivative_scale(order, dtype)
+    return max(math.lgamma(order + 1) - order * math.log(h), 0.0)
+
+
+def check_order_for_dtype(order: int, dtype, api: str) -> None:
+    """Raise when no line scale keeps an order-`order` pass in `dtype`'s range (see
+    `scale_shortfall`): float16 past order 29, float32 and bfloat16 past 254, float64
+    past 2058."""
+    if not jnp.issubdtype(dtype, np.inexact):
+        return
+    half_range = math.log(float(jnp.finfo(dtype).max)) / 2
+    if scale_shortfall(order, dtype) > half_range:
+        limit = order
+        while limit > 1 and scale_shortfall(limit, dtype) > half_range:
+            limit -= 1
+        name = jnp.dtype(dtype).name
+        raise ValueError(
+            f"{api}: order {order} is past what one Taylor pass can carry in {name} "
+            f"(up to order {limit}): the derivatives of functions such as exp would "
+            f"underflow to 0 although they are representable. Use float64 inputs (with "
+            f"jax.config.update('jax_enable_x64', True)) or an order of at most {limit}."
+        )
+
+
+def _frexp(q: Fraction) -> tuple[float, int]:
+    """`q = m 2^e` with `|m|` in [1, 2) rounded to float64 (`m = 0` for 0), exactly."""
+    if q == 0:
+        return 0.0, 0
+    e = abs(q.numerator).bit_length() - q.denominator.bit_length()
+    m = q / Fraction(2) ** e
+    if abs(m) < 1:
+        m, e = m * 2, e - 1
+    return float(m), e
+
+
+def times_exact(d: Array, factors) -> Array:
+    """`d_k * factors_k` along the leading axis (or `d * factors` for one factor), for
+    exact rational factors that may lie far outside the dtype's range.
+
+    Each factor is applied as its mantissa (correctly rounded) and then powers of two
+    within the dtype's exponent range, so no step overflows or underflows unless the
+    result does: each partial product lies between `d_k` and the result (`2^400 / 100!`
+    times a float32 value is fine although neither factor is).
+    """
+    single = isinstance(factors, Fraction | int)
+    parts = [_frexp(Fraction(f)) for f in ([factors] if single else factors)]
+    shape = () if single else (len(parts),) + (1,) * (d.ndim - 1)
+    dtype = real_dtype(jnp.result_type(d))
+    mantissas = np.array([m for m, _ in parts]).reshape(shape)
+    exponents = np.array([e for _, e in parts], np.int64).reshape(shape)
+    out = d * jnp.asarray(mantissas, dtype)
+    limit = int(jnp.finfo(dtype).maxexp) - 2
+    first = True
+    while np.any(exponents):
+        step = np.clip(exponents, -limit, limit)
+        if not first:
+            # XLA reassociates `(x c1) c2` into `x (c1 c2)`, out of range here.
+            out = lax.optimization_barrier(out)
+        out = out * jnp.asarray(np.exp2(step), dtype)
+        exponents = exponents - step
+        first = False
+    return out
+
+
+def times_powers(d: Array, scale) -> Array:
+    """`d_k scale^k` along the leading axis, for a concrete scalar `scale`, without
+    forming `scale^k` (see `times_exact`)."""
+    if isinstance(scale, complex) or not math.isfinite(scale):
+        values = np.asarray([scale**k for k in range(d.shape[0])])
+        return d * jnp.asarray(values.reshape((-1,) + (1,) * (d.ndim - 1)), jnp.result_type(d))
+    base = Fraction(scale)
+    return times_exact(d, [base**k for k in range(d.shape[0])])
+
+
+def binomials(p, order: int, shape, dtype) -> Array:
+    """`binom(p, m)` for m = 0..order as a product of ratios `(p - j) / (j + 1)`: the
+    falling factorial over `m!` would overflow both (float32 past m = 34) for a value
+    that is at most of the size of `p^m`. Computed in float64 when `p` is concrete."""
+    try:
+        concrete = np.asarray(p, dtype=np.result_type(np.float64, dtype))
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        concrete = None  # a tracer: compute it in the program
+    if concrete is not None:
+        js = np.arange(order).reshape((order,) + (1,) * concrete.ndim)
+        out = np.cumprod(
+            np.concatenate([np.ones((1,) + concrete.shape), (concrete[None] - js) / (js + 1)]), 0
+        )
+        out = out.reshape((order + 1,) + (1,) * (len(shape) - concrete.ndim) + concrete.shape)
+        return jnp.broadcast_to(jnp.asarray(out, dtype), (order + 1,) + tuple(shape))
+    js = np.arange(order, dtype=real_dtype(dtype)).reshape((order,) + (1,) * len(shape))
+    p = jnp.broadcast_to(jnp.asarray(p, dtype), shape)
+    ratios = (p[None] - js) / (js + 1)
+    return jnp.cumprod(jnp.concatenate([jnp.ones((1,) + tuple(shape), dtype), ratios]), 0)
 
 
 def zeros_series(shape, dtype, degree: int) -> Array:
@@ -644,9 +789,10 @@ def line_direction(c: Array):
     return _LINE_DIRECTIONS.get(id(c))
 
 
-def unit_seed(x0: Array) -> Array:
-    """The stacked seed `x_0 + s` (direction exactly 1), marked as such for `along_line`."""
-    return mark_line(jnp.stack([x0, jnp.ones_like(x0)]), 1.0)
+def unit_seed(x0: Array, scale: float = 1.0) -> Array:
+    """The stacked seed `x_0 + scale s` (by default direction exactly 1), marked as such
+    for `along_line` (`scale` is a `derivative_scale`)."""
+    return mark_line(jnp.stack([x0, jnp.full_like(x0, scale)]), scale)
 
 
 def concrete_scalar(x):
@@ -660,21 +806,24 @@ def concrete_scalar(x):
     return value.item()
 
 
-def along_line(x: Array, taylor_coeffs: Array, order: int) -> Array:
+def along_line(x: Array, taylor_coeffs, order: int) -> Array:
     """`f(x_0 + x_1 s)` for a degree-1 input: `y_k = d_k x_1^k` with `d_k = f^(k)(x_0)/k!`.
 
     The seed case (and anything affine in it) needs no recurrence at all; a direction
-    known as a number needs no powers computed at run time either.
+    known as a number needs no powers computed at run time either. `taylor_coeffs` is
+    the stacked `d_k`, or a function `scale -> d_k scale^k` for closed forms that would
+    leave the dtype's range as `d_k` alone (`1/k!`) but not as `d_k scale^k`.
     """
-    degree = min(order, degree_of(taylor_coeffs))
     direction = line_direction(x)
+    if callable(taylor_coeffs):
+        if direction is not None and not isinstance(direction, complex):
+            return taylor_coeffs(direction)[: order + 1]
+        taylor_coeffs = taylor_coeffs(1.0)
+    degree = min(order, degree_of(taylor_coeffs))
     if direction is not None:
         if direction == 1:
             return taylor_coeffs[: order + 1]
-        dtype = jnp.result_type(taylor_coeffs)
-        scale = np.asarray([direction**k for k in range(degree + 1)])
-        scale = scale.reshape((degree + 1,) + (1,) * (taylor_coeffs.ndim - 1))
-        return taylor_coeffs[: degree + 1] * jnp.asarray(scale, dtype)
+        return times_powers(taylor_coeffs[: degree + 1], direction)
     x1 = lax.index_in_dim(x, 1, keepdims=False)
     shape = jnp.shape(taylor_coeffs)[1:]
     x1 = jnp.broadcast_to(x1, shape).astype(taylor_coeffs.dtype)
@@ -732,22 +881,6 @@ def integer_exponent_powers(x0: Array, p: int, order: int) -> Array:
     return out.astype(dtype)
 
 
-def falling_factorials(p, order: int, shape, dtype) -> Array:
-    """`p (p-1) ... (p-m+1)` for m = 0..order (computed in NumPy when `p` is concrete)."""
-    try:
-        concrete = np.asarray(p, dtype=np.result_type(dtype))
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        concrete = None  # a tracer: compute it in the program
-    if concrete is not None:
-        steps = concrete[None] - np.arange(order).reshape((order,) + (1,) * concrete.ndim)
-        out = np.concatenate([np.ones((1,) + concrete.shape), np.cumprod(steps, 0)], 0)
-        out = out.reshape((order + 1,) + (1,) * (len(shape) - concrete.ndim) + concrete.shape)
-        return jnp.broadcast_to(jnp.asarray(out, dtype), (order + 1,) + tuple(shape))
-    p = jnp.broadcast_to(jnp.asarray(p, dtype), shape)
-    steps = p[None] - orders(order, len(shape), dtype)
-    return jnp.cumprod(jnp.concatenate([jnp.ones((1,) + tuple(shape), dtype), steps[:-1]]), 0)
-
-
 def exp_like_power_coeffs(p, x0: Array, order: int) -> Array:
     """`binom(p, m) x0^(p-m)` for m = 0..order, the way nested jvp computes it.
 
@@ -757,17 +890,13 @@ def exp_like_power_coeffs(p, x0: Array, order: int) -> Array:
     """
     dtype = jnp.result_type(x0)
     shape = jnp.broadcast_shapes(jnp.shape(x0), jnp.shape(p))
-    falling = falling_factorials(p, order, shape, dtype)
+    binom = binomials(p, order, shape, dtype)
     integer_p = _integer_valued(p)
     if integer_p is not None:
         # Products instead of one `pow` per coefficient: the same values up to rounding,
         # an order of magnitude cheaper to run.
         x0 = jnp.broadcast_to(jnp.asarray(x0, dtype), shape)
-        return (
-            falling
-            / factorials(order, len(shape), dtype)
-            * integer_exponent_powers(x0, integer_p, order)
-        )
+        return binom * integer_exponent_powers(x0, integer_p, order)
     steps = jnp.broadcast_to(jnp.asarray(p, dtype), shape)[None] - orders(order, len(shape), dtype)
     base = jnp.broadcast_to(x0, steps.shape).astype(dtype)
-    return falling / factorials(order, len(shape), dtype) * lax.pow(base, steps)
+    return binom * lax.pow(base, steps)

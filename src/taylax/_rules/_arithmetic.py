@@ -145,8 +145,8 @@ def _pow_taylor_coeffs(p, x0, order: int, integer_exponent: bool):
     d = ks.exp_like_power_coeffs(p, x0, order)
     if integer_exponent:
         shape = jnp.broadcast_shapes(jnp.shape(x0), jnp.shape(p))
-        falling = ks.falling_factorials(p, order, shape, jnp.result_type(x0))
-        d = jnp.where(falling == 0, 0, d)
+        binom = ks.binomials(p, order, shape, jnp.result_type(x0))
+        d = jnp.where(binom == 0, 0, d)
     return d
 
 
@@ -179,7 +179,7 @@ def _integer_pow(order, x, *, y):
 def _root_line_coeffs(p, x0, y0, order: int):
     """`binom(p, k) y0 / x0^k`: defined wherever the root is (cbrt of a negative number)."""
     shape, dtype = jnp.shape(x0), jnp.result_type(x0)
-    binom = ks.falling_factorials(p, order, shape, dtype) / ks.factorials(order, len(shape), dtype)
+    binom = ks.binomials(p, order, shape, dtype)
     return binom * ks.powers(x0, order, sign=-1) * y0[None]
 
 

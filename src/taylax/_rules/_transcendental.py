@@ -29,18 +29,19 @@ def _full(x: Series, order: int):
     return ks.pad_degree(x.coeffs, order)
 
 
-def _scaled(values, order: int):
-    """Stack `values[k % len(values)] / k!` for k = 0..order (derivative cycles)."""
+def _scaled(values, order: int, scale: float = 1.0):
+    """Stack `values[k % len(values)] scale^k / k!` for k = 0..order (derivative cycles)."""
     cycle = jnp.stack(values)
     reps = -(-(order + 1) // len(values))
     shape = cycle.shape
     tiled = lax.broadcast_in_dim(cycle, (reps,) + shape, tuple(range(1, len(shape) + 1)))
     tiled = lax.reshape(tiled, (reps * shape[0],) + shape[1:])[: order + 1]
-    return tiled / ks.factorials(order, len(shape) - 1, tiled.dtype)
+    return tiled * ks.inverse_factorials(order, len(shape) - 1, tiled.dtype, scale)
 
 
-def _trig_cycle(sin0, cos0, index: int, order: int):
-    """`d^k/dx^k sin` (index 0) or `cos` (index 1) at `x0`, over `k!`, for k = 0..order.
+def _trig_cycle(sin0, cos0, index: int, order: int, scale: float = 1.0):
+    """`d^k/dx^k sin` (index 0) or `cos` (index 1) at `x0`, times `scale^k / k!`, for
+    k = 0..order.
 
     `A_k sin + B_k cos` with constant vectors of signed `1/k!` (one of the two is 0 at
     each k): one elementwise kernel in the coefficient layout of its readers (a
@@ -49,11 +50,10 @@ def _trig_cycle(sin0, cos0, index: int, order: int):
     """
     start = 0 if index == 0 else 1
     weights = np.zeros((2, order + 1))
-    inverse_factorial = 1.0
+    magnitudes = ks.inverse_factorials(order, 0, np.float64, scale)
     for k in range(order + 1):
-        inverse_factorial /= max(k, 1)
         phase = (start + k) % 4  # sin, cos, -sin, -cos
-        weights[phase % 2, k] = inverse_factorial if phase < 2 else -inverse_factorial
+        weights[phase % 2, k] = magnitudes[k] if phase < 2 else -magnitudes[k]
     shape = (order + 1,) + (1,) * jnp.ndim(sin0)
     dtype = jnp.result_type(sin0)
     a = jnp.asarray(weights[0].reshape(shape), dtype)
@@ -64,17 +64,25 @@ def _trig_cycle(sin0, cos0, index: int, order: int):
 def univariate(prim, line_coeffs, general, line_max_order: int | None = None):
     """Register `prim` with a closed form along a line and an ODE rule otherwise.
 
-    `line_coeffs(x0, order)` gives `f^(k)(x0)/k!` stacked; it serves inputs of
-    degree 1 (seeds and affine functions of them) with no recurrence at all, up
-    to `line_max_order` when the closed form is only accurate that far.
+    `line_coeffs(x0, order, scale=1.0)` gives `f^(k)(x0) scale^k / k!` stacked; it
+    serves inputs of degree 1 (seeds and affine functions of them) with no recurrence
+    at all, up to `line_max_order` when the closed form is only accurate that far.
     `general(order, x)` handles everything else, chunk by chunk on large arrays.
+
+    A line whose direction is a known number takes the closed form at any order (the
+    direction is folded into `scale`, so `1/k!` never stands alone). A direction known
+    only at run time multiplies `f^(k)/k!` by its powers; past the orders where `1/k!`
+    is safely inside the dtype's range the recurrence, which never forms it, is used.
     """
     general = chunked(general)
     line_coefficients[prim] = (line_coeffs, line_max_order)
 
     def rule(order, x, **params):
         if x.degree == 1 and (line_max_order is None or order <= line_max_order):
-            return Series(ks.along_line(x.coeffs, line_coeffs(x.primal, order), order))
+            known = ks.line_direction(x.coeffs) is not None
+            if known or ks.derivative_scale(order, x.dtype) == 1.0:
+                line = functools.partial(line_coeffs, x.primal, order)
+                return Series(ks.along_line(x.coeffs, line, order))
         return general(order, x)
 
     register_rule(prim)(rule)
@@ -96,19 +104,15 @@ def _expm1_general(order, x):
     return Series(ks.with_primal(y, lax.expm1(x.primal)))
 
 
-def _ln2_powers(x0, order):
-    return math.log(2.0) ** ks.orders(order, jnp.ndim(x0), x0.dtype)
-
-
-univariate(lax.exp_p, lambda x0, k: _scaled([lax.exp(x0)], k), _exp_general)
+univariate(lax.exp_p, lambda x0, k, scale=1.0: _scaled([lax.exp(x0)], k, scale), _exp_general)
 univariate(
     lax.exp2_p,
-    lambda x0, k: _scaled([lax.exp2(x0)], k) * _ln2_powers(x0, k).astype(x0.dtype),
+    lambda x0, k, scale=1.0: _scaled([lax.exp2(x0)], k, scale * math.log(2.0)),
     _exp2_general,
 )
 univariate(
     lax.expm1_p,
-    lambda x0, k: ks.with_primal(_scaled([lax.exp(x0)], k), lax.expm1(x0)),
+    lambda x0, k, scale=1.0: ks.with_primal(_scaled([lax.exp(x0)], k, scale), lax.expm1(x0)),
     _expm1_general,
 )
 
@@ -136,15 +140,15 @@ def _pair(kind: str, index: int):
         ys = ks.linear_ode(x.coeffs, list(first_second(x.primal)), matrix, order)
         return Series(ys[index])
 
-    def line(x0, order):
+    def line(x0, order, scale=1.0):
         a, b = first_second(x0)
         if kind == "trig":
             if not jnp.issubdtype(jnp.result_type(x0), np.complexfloating):
-                return _trig_cycle(a, b, index, order)
+                return _trig_cycle(a, b, index, order, scale)
             cycle = [a, b, -a, -b] if index == 0 else [b, -a, -b, a]
         else:
             cycle = [a, b] if index == 0 else [b, a]
-        return _scaled(cycle, order)
+        return _scaled(cycle, order, scale)
 
     return line, general
 
@@ -194,7 +198,7 @@ def _riccati_factor(kind: str, x0, y0):
     return 1 + y0 * y0
 
 
-def _polynomial_line(kind: str, x0, y0, order: int):
+def _polynomial_line(kind: str, x0, y0, order: int, scale: float = 1.0):
     table = _derivative_polynomials(kind, order)
     dtype = jnp.result_type(y0)
     # Scaled adds `sum_j C[:, j] y0^j` (Horner in y0), not a matmul over the table: one
@@ -205,7 +209,7 @@ def _polynomial_line(kind: str, x0, y0, order: int):
         column = jnp.asarray(table[:, j].reshape(column_shape), dtype)
         d = column if d is None else d * y0[None] + column
     d = d * _riccati_factor(kind, x0, y0)[None]
-    return ks.with_primal(d, y0)
+    return ks.with_primal(d if scale == 1.0 else ks.times_powers(d, scale), y0)
 
 
 def _tanh(order, x):
@@ -225,7 +229,7 @@ def _tan(order, x):
 
 
 def _polynomial_line_of(fn, kind: str):
-    return lambda x0, order: _polynomial_line(kind, x0, fn(x0), order)
+    return lambda x0, order, scale=1.0: _polynomial_line(kind, x0, fn(x0), order, scale)
 
 
 univariate(lax.tanh_p, _polynomial_line_of(lax.tanh, "tanh"), _tanh, _POLYNOMIAL_MAX_ORDER["tanh"])
@@ -234,11 +238,12 @@ register_rule(lax.logistic_p)(_logistic)
 
 
 def _log_line(shift_one: bool):
-    def line(x0, order):
+    def line(x0, order, scale=1.0):
         base = 1 + x0 if shift_one else x0
         primal = lax.log1p(x0) if shift_one else lax.log(x0)
         ms = ks.orders(order, jnp.ndim(x0), x0.dtype)
-        powers = ks.powers(base, order, sign=-1)[1:]  # base^-k
+        # (scale / base)^k, not base^-k times scale^k: each may leave the range alone.
+        powers = ks.powers(1 / base if scale == 1.0 else scale / base, order)[1:]
         signs = jnp.where(ms[1:] % 2 == 1, 1.0, -1.0).astype(x0.dtype)
         rest = signs * powers / ms[1:]
         return lax.concatenate([jnp.asarray(primal)[None], rest], 0)
@@ -362,23 +367,47 @@ def _erf_inv(order, x, **params):
 def _polygamma_coeffs(x0, first, order: int, primal):
     """`d_m = polygamma(first + m - 1, x0) / m!` for m >= 1, `d_0 = primal`.
 
-    `first` may be an array (broadcast against `x0`).
+    `first` is 0 (lgamma), or 1 or more (may be an array broadcast against `x0`). With
+    `polygamma(j, x) = (-1)^(j+1) j! zeta(j+1, x)`, `d_m = (-1)^(first+m) Gamma(first+m)/m!
+    zeta(first+m, x0)`, the ratio a product of `(first+j-1)/j`: `polygamma(m, x0)` and
+    `m!` each overflow float32 past m = 34, their ratio does not.
     """
-    ndim = jnp.ndim(x0)
-    ms = ks.orders(order, ndim, x0.dtype)
-    n = (jnp.asarray(first, x0.dtype) + ms[1:] - 1).astype(x0.dtype)
-    n = jnp.broadcast_to(n, (order,) + jnp.shape(x0))
-    values = lax.polygamma(n, jnp.broadcast_to(x0, n.shape))
-    values = values / ks.factorials(order, ndim, x0.dtype)[1:]
-    return jnp.concatenate([jnp.asarray(primal)[None], values], 0)
+    dtype = jnp.result_type(x0)
+    if isinstance(first, int) and first == 0:
+        # lgamma: d_m = (digamma's d_{m-1}) / m.
+        if order == 0:
+            return jnp.asarray(primal, dtype)[None]
+        g = _polygamma_coeffs(x0, 1, order - 1, lax.digamma(x0))
+        ms = ks.orders(order, jnp.ndim(x0), dtype)[1:]
+        return jnp.concatenate([jnp.asarray(primal, dtype)[None], g / ms], 0)
+    shape = jnp.shape(x0)
+    js = ks.orders(order, len(shape), dtype)[1:]  # 1..order
+    s = jnp.broadcast_to(jnp.asarray(first, dtype), shape)
+    steps = -(s[None] + js - 1) / js  # -(first + j - 1) / j
+    factor = jnp.where(jnp.fmod(s, 2) == 1, -1.0, 1.0).astype(dtype)  # (-1)^first
+    if not (isinstance(first, int) and first == 1):
+        factor = factor * jnp.exp(lax.lgamma(s))  # Gamma(first)
+    values = jnp.cumprod(steps, 0) * factor[None]
+    values = values * lax.zeta(s[None] + js, jnp.broadcast_to(x0, (order,) + shape))
+    return jnp.concatenate([jnp.asarray(primal, dtype)[None], values], 0)
 
 
 def _by_taylor_coeffs(prim, taylor_coeffs):
     """Register `prim` from `taylor_coeffs(x0, order) = f^(m)(x0)/m!`, known in closed form:
     along a line directly, otherwise by composition."""
+
+    def line(x0, order, scale=1.0):
+        d = taylor_coeffs(x0, order)
+        if abs(scale) > 1 and order >= 2:
+            # Past order 1 these are zeta values, never 0: a 0 is an underflow that the
+            # scale would turn into a silent 0 where the result overflows. Say nan.
+            m = ks.orders(order, d.ndim - 1, ks.real_dtype(d.dtype))
+            d = jnp.where((d == 0) & (m >= 2), jnp.nan, d)
+        return ks.times_powers(d, scale)
+
     univariate(
         prim,
-        taylor_coeffs,
+        line,
         lambda order, x: Series(ks.compose(x.coeffs, taylor_coeffs(x.primal, order), order)),
     )
 
