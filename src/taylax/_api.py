@@ -167,16 +167,18 @@ def _merged(scaled, unscaled):
     return jnp.where(jnp.isfinite(scaled), scaled, jnp.where(usable, unscaled, scaled))
 
 
-def _taylor_program(order: int, unit: bool = False, scale: float | None = 1.0):
-    """`scale=None`: the pass's `_pass_scale` (derivatives); a number: that scale."""
+def _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order: int, unit: bool, scale: float):
+    """(primals, coefficients 1..order) of one pass along `scale` times the direction."""
+    seeds = _seeds(x_leaves, v_leaves, order, unit, scale)
+    outs = eval_jaxpr_series(jaxpr, consts, seeds, order)
+    pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
+    return [p for p, _ in pairs], [c for _, c in pairs]
 
+
+def _taylor_program(order: int, unit: bool = False):
     def make(jaxpr):
         def program(consts, x_leaves, v_leaves):
-            h = _pass_scale(order, x_leaves) if scale is None else scale
-            seeds = _seeds(x_leaves, v_leaves, order, unit, h)
-            outs = eval_jaxpr_series(jaxpr, consts, seeds, order)
-            pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
-            return [p for p, _ in pairs], [c for _, c in pairs]
+            return _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, 1.0)
 
         return program
 
@@ -184,17 +186,13 @@ def _taylor_program(order: int, unit: bool = False, scale: float | None = 1.0):
 
 
 def _derivatives_program(order: int, unit: bool = False):
-    scaled_make = _taylor_program(order, unit, scale=None)
-    plain_make = _taylor_program(order, unit)
-
     def make(jaxpr):
-        scaled_program, plain_program = scaled_make(jaxpr), plain_make(jaxpr)
-
         def program(consts, x_leaves, v_leaves):
-            primals, coeffs = scaled_program(consts, x_leaves, v_leaves)
             scale = _pass_scale(order, x_leaves)
+            args = (jaxpr, consts, x_leaves, v_leaves, order, unit)
+            primals, coeffs = _taylor_pass(*args, scale)
             if scale != 1.0:
-                _, plain = plain_program(consts, x_leaves, v_leaves)
+                _, plain = _taylor_pass(*args, 1.0)
             out = []
             for i, (p, c) in enumerate(zip(primals, coeffs)):
                 if order and jnp.issubdtype(p.dtype, jnp.inexact):
@@ -336,8 +334,9 @@ def derivatives(fun: Callable, order: int) -> Callable:
     return derivatives_fun
 
 
-def _jet_pass(jaxpr, consts, primals, terms, order: int, scale: float, exact: bool):
-    """Outputs of one pass along `scale` times the input series, in derivative terms."""
+def _jet_pass(jaxpr, consts, primals, terms, order: int, scale: float | None, exact: bool):
+    """Outputs of one pass along `scale` times the input series, in derivative terms
+    (`scale=None`: normalized terms in and out, as `factorial_scaled=False` has them)."""
     series = []
     for p, ts in zip(primals, terms):
         if order == 0:
@@ -346,14 +345,16 @@ def _jet_pass(jaxpr, consts, primals, terms, order: int, scale: float, exact: bo
         c = jnp.stack([p] + [jnp.asarray(t, p.dtype) for t in ts])
         if scale == 1.0 and not exact:
             c = c / factorials(order, p.ndim, p.dtype).astype(c.dtype)
-        else:
+        elif scale is not None:
             h = Fraction(scale)
             c = times_exact(c, [h**k / math.factorial(k) for k in range(order + 1)])
         series.append(Series(c))
     outs = eval_jaxpr_series(jaxpr, consts, series, order)
     pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
     coeffs = [
-        _to_derivatives(c, order, scale, exact) if jnp.issubdtype(c.dtype, jnp.inexact) else c
+        _to_derivatives(c, order, scale, exact)
+        if scale is not None and jnp.issubdtype(c.dtype, jnp.inexact)
+        else c
         for _, c in pairs
     ]
     return [p for p, _ in pairs], coeffs
@@ -363,15 +364,7 @@ def _jet_program(order: int, factorial_scaled: bool):
     def make(jaxpr):
         def program(consts, primals, terms):
             if not factorial_scaled:
-                series = [
-                    Series(jnp.stack([p] + [jnp.asarray(t, p.dtype) for t in ts]))
-                    if order
-                    else Series.constant(p)
-                    for p, ts in zip(primals, terms)
-                ]
-                outs = eval_jaxpr_series(jaxpr, consts, series, order)
-                pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
-                return [p for p, _ in pairs], [c for _, c in pairs]
+                return _jet_pass(jaxpr, consts, primals, terms, order, None, False)
             # Derivative terms go in as `x^(k) h^k / k!` and come out divided by the same:
             # a pass along `h` times the input series (see `derivative_scale`), merged
             # order by order with an unscaled pass where it overflows (see `_merged`).
