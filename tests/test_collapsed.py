@@ -11,7 +11,7 @@ import pytest
 
 import taylax
 from reference import nested_jvp_derivatives
-from taylax._collapsed import eval_jaxpr_collapsed, seed
+from taylax._collapsed import Collapsed, _along_line, eval_jaxpr_collapsed, seed
 
 jax.config.update("jax_enable_x64", True)
 
@@ -111,3 +111,36 @@ def test_matmuls_per_layer():
     mlp, layers = _ones_mlp(4, 6)
     counts = taylax.equation_counts(jax.make_jaxpr(taylax.laplacian(mlp))(jnp.ones(4)))
     assert counts["dot_general"] == 2 + 3 * (layers - 1)
+
+
+def _elementwise_program(x):
+    # Elementwise functions with one varying input next to constants (a power with a
+    # constant exponent, a constant over x, atan2, relu's custom_jvp max, exact gelu's
+    # erfc): at orders 1 and 2 their derivatives come from nested jax.jvp.
+    a = jnp.power(1.5 + x * x, 0.7) + 2.0 / (2.0 + x) + jnp.arctan2(x, 0.4)
+    b = jax.nn.relu(x - 0.1) + jax.nn.gelu(a, approximate=False) + jax.nn.softplus(-a)
+    return jnp.sum(b * jnp.cos(x))
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_elementwise_functions_next_to_constants(order):
+    x = jnp.asarray([0.3, -0.4, 0.8])
+    directions = _directions(5, (3,), seed_value=2)
+    out = _collapsed(_elementwise_program, x, directions, order)
+    per_direction = [_normalized(_elementwise_program, x, v, order) for v in directions]
+    np.testing.assert_allclose(out.top, sum(y[order] for y in per_direction), rtol=1e-11)
+
+
+def test_low_orders_use_jax_derivatives_of_custom_jvp_functions():
+    """softplus is a custom_jvp function: at order 2 it goes through the closed form along
+    a line (one expression per point), not the per-direction general rule."""
+    x = jnp.asarray([0.3, -0.4])
+    closed = jax.make_jaxpr(jax.nn.softplus)(x)
+    (eqn,) = [e for e in closed.jaxpr.eqns[0].params["jaxpr"].eqns]
+    assert eqn.primitive.name == "custom_jvp_call"
+    x_in = seed(x, jnp.eye(2), 2)
+    out = _along_line(eqn, [x_in, Collapsed(jnp.zeros(()))], jax.nn.softplus(x), 2, None, True)
+    assert out is not None
+    sigmoid = jax.nn.sigmoid(x)
+    np.testing.assert_allclose(out.lower[:, 0], np.diag(sigmoid), rtol=1e-14)
+    np.testing.assert_allclose(out.top, sigmoid * (1 - sigmoid) / 2, rtol=1e-14)

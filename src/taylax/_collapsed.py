@@ -275,21 +275,82 @@ def _general(eqn, xs, primals, order: int, weights, summed: bool) -> list[Collap
     ]
 
 
-def _along_line(eqn, x: Collapsed, primal, order: int, weights, summed: bool):
-    """`y = f(x)` for an elementwise `f` with a closed form and `x` of degree 1 per direction.
+# Elementwise primitives: a jaxpr built only from these (scalar literals aside) maps
+# every element on its own, so its derivatives along a line are elementwise too.
+_ELEMENTWISE = {
+    getattr(lax, f"{name}_p")
+    for name in (
+        "abs acos acosh add asin asinh atan atan2 atanh cbrt cos cosh digamma div eq erf "
+        "erf_inv erfc exp exp2 expm1 ge gt integer_pow is_finite le lgamma log log1p "
+        "logistic lt max min mul ne neg pow rem rsqrt select_n sign sin sinh sqrt square "
+        "sub tan tanh"
+    ).split()
+} | {lax.convert_element_type_p, _compat.add_any_p}
+# Orders at which the derivatives of an elementwise function come from JAX's own
+# derivative rules (nested `jax.jvp` of the function at the primal): one small fused
+# expression per order, shared by every direction. Past this, nested jvp grows
+# exponentially and the engine's closed forms take over.
+_JVP_MAX_ORDER = 2
+
+
+def _is_elementwise(eqn) -> bool:
+    """Whether `eqn` maps elements independently: an elementwise primitive, or a
+    `custom_jvp` function (softplus, relu) whose body is built only from them."""
+    if eqn.primitive in _ELEMENTWISE:
+        return True
+    if eqn.primitive is _compat.custom_jvp_call_p:
+        return all(_is_elementwise(e) for e in eqn.params["call_jaxpr"].jaxpr.eqns)
+    return False
+
+
+def _jvp_derivatives(eqn, xs: Sequence[Collapsed], order: int) -> list | None:
+    """`[None, f'(x_0), f''(x_0)/2, ...]` up to `order` for an elementwise `eqn` with one
+    varying real input `x`, `f(x) = eqn(..., x, ...)`, by nested `jax.jvp`; else None."""
+    varying = [i for i, x in enumerate(xs) if not x.is_constant]
+    if order > _JVP_MAX_ORDER or len(varying) != 1 or not _is_elementwise(eqn):
+        return None
+    index = varying[0]
+    x0 = xs[index].primal
+    if not jnp.issubdtype(jnp.result_type(x0), jnp.floating):
+        return None  # complex: only holomorphic functions would be C-linear here
+    if jnp.shape(x0) != jnp.shape(eqn.outvars[0].aval) or len(eqn.outvars) != 1:
+        return None
+    args = [x.primal for x in xs]
+
+    def f(z):
+        out = _compat.bind_equation(eqn, args[:index] + [z] + args[index + 1 :])
+        return out[0] if eqn.primitive.multiple_results else out
+
+    one = jnp.ones_like(x0)
+
+    def first(z):
+        return jax.jvp(f, (z,), (one,))[1]
+
+    if order == 1:
+        return [None, first(x0)]
+    d1, d2 = jax.jvp(first, (x0,), (one,))
+    return [None, d1, d2 * jnp.asarray(0.5, d2.dtype)]
+
+
+def _along_line(eqn, xs: Sequence[Collapsed], primal, order: int, weights, summed: bool):
+    """`y = f(x)` for an elementwise `f` and `x` of degree 1 per direction.
 
     With `d_k = f^(k)(x_0)/k!`: `y_k = d_k x_1^k` below the top, and the top is
-    `d_1 x_K + d_K x_1^K` (summed: `d_1 T + d_K sum_d w_d x_1[v_d]^K`).
-    None when the closed form does not apply.
+    `d_1 x_K + d_K x_1^K` (summed: `d_1 T + d_K sum_d w_d x_1[v_d]^K`). The `d_k` come
+    from JAX's derivative rules at low orders (any elementwise function, custom_jvp ones
+    included) and from the engine's closed forms otherwise. None when neither applies.
     """
-    entry = line_coefficients.get(eqn.primitive)
-    if entry is None or x.rows > 1 or (entry[1] is not None and order > entry[1]):
+    varying = [x for x in xs if not x.is_constant]
+    if len(varying) != 1 or varying[0].rows > 1 or varying[0].lower is None:
         return None
-    if x.lower is None:
-        return None
-    line_coeffs, _ = entry
-    dtype = x.lower.dtype
-    d = line_coeffs(x.primal, order).astype(dtype)  # (K+1, *S): computed once, unbatched
+    x = varying[0]
+    d = _jvp_derivatives(eqn, xs, order)
+    if d is None:
+        entry = line_coefficients.get(eqn.primitive)
+        if len(xs) != 1 or entry is None or (entry[1] is not None and order > entry[1]):
+            return None
+        # (K+1, *S): computed once, unbatched
+        d = entry[0](x.primal, order).astype(x.lower.dtype)
     x1 = x.lower[:, 0]
     powers = [None, x1]
     for _ in range(2, order + 1):
@@ -341,17 +402,35 @@ def _product(x: Collapsed, y: Collapsed, primal, order: int, weights, summed: bo
     return Collapsed(primal, lower, top)
 
 
+def _shifted_by_constant(eqn, xs: Sequence[Collapsed], primals) -> Collapsed | None:
+    """`x + c`, `c + x`, `x - c` or `c - x` with a constant `c` of the same shape: the
+    coefficients of `x` (negated for `c - x`), with no zero array added to them."""
+    if eqn.primitive not in (lax.add_p, lax.sub_p, _compat.add_any_p) or len(xs) != 2:
+        return None
+    varying = [i for i, x in enumerate(xs) if not x.is_constant]
+    if len(varying) != 1 or jnp.shape(xs[varying[0]].primal) != jnp.shape(primals[0]):
+        return None
+    x = xs[varying[0]]
+    if eqn.primitive is lax.sub_p and varying[0] == 1:
+        negate = lambda a: None if a is None else -a  # noqa: E731
+        return Collapsed(primals[0], negate(x.lower), negate(x.top))
+    return Collapsed(primals[0], x.lower, x.top)
+
+
 def _fast_path(eqn, xs, primals, order, weights, summed) -> list[Collapsed] | None:
     """Linear maps, elementwise functions of a line and products, without the general rule."""
     mask = _linear_mask(eqn.primitive, xs)
+    shifted = _shifted_by_constant(eqn, xs, primals)
+    if shifted is not None:
+        return [shifted]
     if mask is not None:
         return _linear(eqn, xs, mask, primals, summed)
     if eqn.primitive is lax.mul_p and len(primals) == 1:
         x, y = xs
         if jnp.shape(x.primal) == jnp.shape(y.primal):
             return [_product(x, y, primals[0], order, weights, summed)]
-    if len(xs) == 1 and len(primals) == 1:
-        out = _along_line(eqn, xs[0], primals[0], order, weights, summed)
+    if len(primals) == 1:
+        out = _along_line(eqn, xs, primals[0], order, weights, summed)
         return None if out is None else [out]
     return None
 
