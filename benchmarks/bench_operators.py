@@ -70,12 +70,32 @@ def mlp(params, x):
     return (x @ w + b)[0]
 
 
+def hand_fused_laplacian(params, x):
+    """The roofline: the forward Laplacian of `mlp` written out by hand.
+
+    Per layer it maps the value, the Jacobian `J` (d rows) and the Laplacian `L`
+    through the matmul, and through tanh with `t' = 1 - t^2`, `t'' = -2 t t'`:
+    `J <- t' J`, `L <- t' L + t'' sum_i J_i^2`. The first Jacobian is the weight matrix
+    itself. This is the dense arithmetic every forward-Laplacian method has to do.
+    """
+    (w, b), rest = params[0], params[1:]
+    z, jac, lap = x @ w + b, w, None
+    for w, b in rest:
+        t = jnp.tanh(z)
+        t1 = 1 - t * t
+        lap_t = -2 * t * t1 * jnp.sum(jac * jac, 0)
+        if lap is not None:
+            lap_t = lap_t + t1 * lap
+        z, jac, lap = t @ w + b, (t1 * jac) @ w, lap_t @ w
+    return lap[0]
+
+
 # --------------------------------------------------------------------------
 # Contenders: each maps one point x (d,) to the Laplacian of f there
 # --------------------------------------------------------------------------
 
 
-def laplacian_contenders(f) -> dict:
+def laplacian_contenders(f, params=None) -> dict:
     def hessian_trace(x):
         return jnp.trace(jax.hessian(f)(x))
 
@@ -97,10 +117,12 @@ def laplacian_contenders(f) -> dict:
     if folx is not None:
         out["folx"] = lambda x: folx.forward_laplacian(f)(x).laplacian
     out.update({"jax.hessian": hessian_trace, "hvp loop": hvp_loop, "jet": jet_loop})
+    if params is not None:
+        out["hand-fused"] = lambda x: hand_fused_laplacian(params, x)
     return out
 
 
-def biharmonic_contenders(f) -> dict:
+def biharmonic_contenders(f, params=None) -> dict:
     def nested_hessian(x):
         return jnp.trace(jax.hessian(lambda y: jnp.trace(jax.hessian(f)(y)))(x))
 
@@ -143,12 +165,12 @@ def _relative_error(a, b) -> float:
 
 def operator_row(case: str, contenders, reference: str, dtype_name: str, d: int, rounds: int):
     """Time every contender of one operator on one network and check taylax against
-    `reference` (a dense jax.hessian contender)."""
+    `reference` (a dense jax.hessian contender). `contenders(f, params)` names them."""
     dtype = jnp.dtype(dtype_name)
     params = mlp_params(d, dtype)
     f = lambda x: mlp(params, x)  # noqa: E731
     xs = jax.random.normal(jax.random.PRNGKey(1), (BATCH, d), dtype)
-    fns = {k: jax.jit(jax.vmap(v)) for k, v in contenders(f).items()}
+    fns = {k: jax.jit(jax.vmap(v)) for k, v in contenders(f, params).items()}
     times = interleaved_minimum(fns, (xs,), rounds)
     error = _relative_error(fns["taylax"](xs), fns[reference](xs))
     row = {"case": case, "dtype": dtype_name, "d": d, "ms": times, "rel_err_vs_hessian": error}
@@ -182,6 +204,11 @@ def grad_rows(dims, rounds) -> list[dict]:
                 lambda f: lambda x: folx.forward_laplacian(f)(x).laplacian  # noqa: E731
             )
         fns["jax.hessian"] = loss_of(lambda f: lambda x: jnp.trace(jax.hessian(f)(x)))
+        fns["hand-fused"] = jax.jit(
+            jax.grad(
+                lambda p, xs=xs: jnp.mean(jax.vmap(lambda x: hand_fused_laplacian(p, x))(xs) ** 2)
+            )
+        )
         times = interleaved_minimum(fns, (params,), rounds)
         ours, theirs = fns["taylax"](params), fns["jax.hessian"](params)
         error = max(
@@ -240,8 +267,9 @@ def _fmt(ms) -> str:
     return f"{ms:.2f} ms" if ms < 10 else f"{ms:.1f} ms"
 
 
-def _ratio(ms: dict, other: str) -> str:
-    ours, theirs = ms.get("taylax"), ms.get(other)
+def _ratio(ms: dict, other: str, ours: str = "taylax") -> str:
+    """`ms[ours] / ms[other]`, or a dash where either is missing."""
+    ours, theirs = ms.get(ours), ms.get(other)
     if not isinstance(ours, float) or not isinstance(theirs, float) or theirs == float("inf"):
         return "—"
     return f"{ours / theirs:.2f}×"
@@ -256,22 +284,24 @@ def readme_summary(payload: dict) -> str:
         "Ratios are taylax / the contender (below 1: taylax wins).",
         "",
         "| operator | dtype | d | taylax | folx | jax.hessian | HVP loop | jet | "
-        "taylax / folx | taylax / jax.hessian |",
-        "|---|---|---:|---|---|---|---|---|---|---|",
+        "hand-fused | taylax / folx | taylax / hand-fused | taylax / jax.hessian |",
+        "|---|---|---:|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["laplacian"]:
         ms = r["ms"]
         lines.append(
             f"| Laplacian | {r['dtype']} | {r['d']} | {_fmt(ms['taylax'])} | "
             f"{_fmt(ms.get('folx'))} | {_fmt(ms['jax.hessian'])} | {_fmt(ms['hvp loop'])} | "
-            f"{_fmt(ms['jet'])} | {_ratio(ms, 'folx')} | {_ratio(ms, 'jax.hessian')} |"
+            f"{_fmt(ms['jet'])} | {_fmt(ms.get('hand-fused'))} | {_ratio(ms, 'folx')} | "
+            f"{_ratio(ms, 'hand-fused')} | {_ratio(ms, 'jax.hessian')} |"
         )
     for r in payload["grad"]:
         ms = r["ms"]
         lines.append(
             f"| grad of mean Laplacian² | {r['dtype']} | {r['d']} | {_fmt(ms['taylax'])} | "
             f"{_fmt(ms.get('folx'))} | {_fmt(ms['jax.hessian'])} | | | "
-            f"{_ratio(ms, 'folx')} | {_ratio(ms, 'jax.hessian')} |"
+            f"{_fmt(ms.get('hand-fused'))} | {_ratio(ms, 'folx')} | "
+            f"{_ratio(ms, 'hand-fused')} | {_ratio(ms, 'jax.hessian')} |"
         )
     if payload["biharmonic"]:
         lines += [
@@ -324,7 +354,7 @@ def plot(payload: dict, path: Path) -> None:
         if not rows:
             continue
         dims = [r["d"] for r in rows]
-        for name in ("taylax", "folx", "jax.hessian", "hvp loop", "jet"):
+        for name in ("taylax", "folx", "hand-fused", "jax.hessian", "hvp loop", "jet"):
             values = [r["ms"].get(name) for r in rows]
             if all(isinstance(v, float) for v in values):
                 ax.plot(dims, values, marker="o", label=name)
