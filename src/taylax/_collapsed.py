@@ -289,7 +289,10 @@ _ELEMENTWISE = {
 # Orders at which the derivatives of an elementwise function come from JAX's own
 # derivative rules (nested `jax.jvp` of the function at the primal): one small fused
 # expression per order, shared by every direction. Past this, nested jvp grows
-# exponentially and the engine's closed forms take over.
+# exponentially and the engine's closed forms take over. The precision is then JAX's
+# (tanh' = 1 - tanh^2 loses relative accuracy where tanh saturates, as in jax.hessian
+# and folx); the engine's stacked closed forms (1 / cosh^2) cost 2x the compile time
+# here, because XLA:CPU copies their producers into every row's kernel.
 _JVP_MAX_ORDER = 2
 
 
@@ -313,7 +316,8 @@ def _jvp_derivatives(eqn, xs: Sequence[Collapsed], order: int) -> list | None:
     x0 = xs[index].primal
     if not jnp.issubdtype(jnp.result_type(x0), jnp.floating):
         return None  # complex: only holomorphic functions would be C-linear here
-    if jnp.shape(x0) != jnp.shape(eqn.outvars[0].aval) or len(eqn.outvars) != 1:
+    out = eqn.outvars[0].aval
+    if len(eqn.outvars) != 1 or jnp.shape(x0) != out.shape or jnp.result_type(x0) != out.dtype:
         return None
     args = [x.primal for x in xs]
 
