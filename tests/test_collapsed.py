@@ -11,7 +11,7 @@ import pytest
 
 import taylax
 from reference import nested_jvp_derivatives
-from taylax._collapsed import Collapsed, _along_line, eval_jaxpr_collapsed, seed
+from taylax._collapsed import eval_jaxpr_collapsed, seed
 
 jax.config.update("jax_enable_x64", True)
 
@@ -131,16 +131,40 @@ def test_elementwise_functions_next_to_constants(order):
     np.testing.assert_allclose(out.top, sum(y[order] for y in per_direction), rtol=1e-11)
 
 
-def test_low_orders_use_jax_derivatives_of_custom_jvp_functions():
-    """softplus is a custom_jvp function: at order 2 it goes through the closed form along
-    a line (one expression per point), not the per-direction general rule."""
-    x = jnp.asarray([0.3, -0.4])
-    closed = jax.make_jaxpr(jax.nn.softplus)(x)
-    (eqn,) = [e for e in closed.jaxpr.eqns[0].params["jaxpr"].eqns]
-    assert eqn.primitive.name == "custom_jvp_call"
-    x_in = seed(x, jnp.eye(2), 2)
-    out = _along_line(eqn, [x_in, Collapsed(jnp.zeros(()))], jax.nn.softplus(x), 2, None, True)
-    assert out is not None
-    sigmoid = jax.nn.sigmoid(x)
-    np.testing.assert_allclose(out.lower[:, 0], np.diag(sigmoid), rtol=1e-14)
-    np.testing.assert_allclose(out.top, sigmoid * (1 - sigmoid) / 2, rtol=1e-14)
+def _per_direction_equations(f, d: int, width: int) -> list[str]:
+    """The equations of `taylax.laplacian(f)`'s program whose outputs carry the direction
+    axis (shape `(d, width)`), by primitive name."""
+    jaxpr = jax.make_jaxpr(taylax.laplacian(f))(jnp.linspace(0.1, 0.5, d))
+    names = []
+
+    def walk(j):
+        for eqn in j.eqns:
+            if any(getattr(v.aval, "shape", None) == (d, width) for v in eqn.outvars):
+                names.append(eqn.primitive.name)
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(jaxpr.jaxpr)
+    return names
+
+
+@pytest.mark.parametrize(
+    "activation",
+    [jax.nn.gelu, jax.nn.softplus, jax.nn.silu, lambda z: jnp.tanh(z) * z**2 + jnp.exp(-z)],
+)
+def test_elementwise_chains_cost_one_composition_per_direction(activation):
+    """At order 2 a run of elementwise equations on one value (gelu's eight, softplus's
+    custom_jvp, silu's product) is composed along the line once: the per-direction work
+    is `d_1 x_1` and `x_1^2`, whatever the chain's length."""
+    d, width = 5, 7
+    w = np.random.default_rng(3).normal(size=(width, width))
+    x_of = np.random.default_rng(4).normal(size=(d, width))
+
+    def network(act):
+        return lambda x: jnp.sum(act(jnp.tanh(x @ x_of) @ w))
+
+    names = _per_direction_equations(network(activation), d, width)
+    # The same per-direction equations as a single tanh: d_1 * x_1 and x_1 * x_1 per
+    # activation, besides the matmuls and their reshapes.
+    assert names == _per_direction_equations(network(jnp.tanh), d, width)
+    assert names.count("mul") == 4, names

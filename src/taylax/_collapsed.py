@@ -306,25 +306,9 @@ def _is_elementwise(eqn) -> bool:
     return False
 
 
-def _jvp_derivatives(eqn, xs: Sequence[Collapsed], order: int) -> list | None:
-    """`[None, f'(x_0), f''(x_0)/2, ...]` up to `order` for an elementwise `eqn` with one
-    varying real input `x`, `f(x) = eqn(..., x, ...)`, by nested `jax.jvp`; else None."""
-    varying = [i for i, x in enumerate(xs) if not x.is_constant]
-    if order > _JVP_MAX_ORDER or len(varying) != 1 or not _is_elementwise(eqn):
-        return None
-    index = varying[0]
-    x0 = xs[index].primal
-    if not jnp.issubdtype(jnp.result_type(x0), jnp.floating):
-        return None  # complex: only holomorphic functions would be C-linear here
-    out = eqn.outvars[0].aval
-    if len(eqn.outvars) != 1 or jnp.shape(x0) != out.shape or jnp.result_type(x0) != out.dtype:
-        return None
-    args = [x.primal for x in xs]
-
-    def f(z):
-        out = _compat.bind_equation(eqn, args[:index] + [z] + args[index + 1 :])
-        return out[0] if eqn.primitive.multiple_results else out
-
+def _derivatives_at(f, x0, order: int) -> list:
+    """`[None, f'(x_0), f''(x_0)/2]` (up to `order <= 2`) of an elementwise `f` by nested
+    `jax.jvp` along all-ones: JAX's own derivative rules, evaluated once per point."""
     one = jnp.ones_like(x0)
 
     def first(z):
@@ -336,25 +320,47 @@ def _jvp_derivatives(eqn, xs: Sequence[Collapsed], order: int) -> list | None:
     return [None, d1, d2 * jnp.asarray(0.5, d2.dtype)]
 
 
-def _along_line(eqn, xs: Sequence[Collapsed], primal, order: int, weights, summed: bool):
-    """`y = f(x)` for an elementwise `f` and `x` of degree 1 per direction.
+def _bind_one(eqn, args):
+    out = _compat.bind_equation(eqn, args)
+    return out[0] if eqn.primitive.multiple_results else out
 
-    With `d_k = f^(k)(x_0)/k!`: `y_k = d_k x_1^k` below the top, and the top is
-    `d_1 x_K + d_K x_1^K` (summed: `d_1 T + d_K sum_d w_d x_1[v_d]^K`). The `d_k` come
-    from JAX's derivative rules at low orders (any elementwise function, custom_jvp ones
-    included) and from the engine's closed forms otherwise. None when neither applies.
-    """
-    varying = [x for x in xs if not x.is_constant]
-    if len(varying) != 1 or varying[0].rows > 1 or varying[0].lower is None:
+
+def _chain_link(eqn, xs: Sequence, root) -> bool:
+    """Whether `eqn` continues an elementwise function of the one value `root`: an
+    elementwise equation with a single real output shaped and typed like `root`, whose
+    inputs are constants or functions of `root` alone (see `eval_jaxpr_collapsed`)."""
+    if len(eqn.outvars) != 1 or not _is_elementwise(eqn):
+        return False
+    x0 = root.primal
+    out = eqn.outvars[0].aval
+    if not jnp.issubdtype(jnp.result_type(x0), jnp.floating):
+        return False  # complex: only holomorphic functions would be C-linear here
+    if jnp.shape(x0) != out.shape or jnp.result_type(x0) != out.dtype:
+        return False
+    return all(
+        jnp.shape(x.primal) == out.shape for x in xs if isinstance(x, _Chain) or not x.is_constant
+    )
+
+
+def _along_line(eqn, xs: Sequence[Collapsed], primal, order: int, weights, summed: bool):
+    """`y = f(x)` for an elementwise `f` with a closed form and `x` of degree 1 per
+    direction (orders past the elementwise chains of `eval_jaxpr_collapsed`); None when
+    the closed form does not apply."""
+    if len(xs) != 1 or xs[0].rows > 1 or xs[0].lower is None:
         return None
-    x = varying[0]
-    d = _jvp_derivatives(eqn, xs, order)
-    if d is None:
-        entry = line_coefficients.get(eqn.primitive)
-        if len(xs) != 1 or entry is None or (entry[1] is not None and order > entry[1]):
-            return None
-        # (K+1, *S): computed once, unbatched
-        d = entry[0](x.primal, order).astype(x.lower.dtype)
+    x = xs[0]
+    entry = line_coefficients.get(eqn.primitive)
+    if entry is None or (entry[1] is not None and order > entry[1]):
+        return None
+    d = entry[0](x.primal, order).astype(x.lower.dtype)  # (K+1, *S): once, unbatched
+    return _compose_line(x, d, primal, order, weights, summed)
+
+
+def _compose_line(x: Collapsed, d, primal, order: int, weights, summed: bool) -> Collapsed:
+    """`f(x)` from `d_k = f^(k)(x_0)/k!` (indexable by k) for `x` of degree <= 1 per
+    direction: `y_k = d_k x_1^k` below the top, top `d_1 x_K + d_K sum_d w_d x_1^K`."""
+    if x.lower is None:  # order 1: the direction is the top
+        return Collapsed(primal, None, None if x.top is None else d[1] * x.top)
     x1 = x.lower[:, 0]
     powers = [None, x1]
     for _ in range(2, order + 1):
@@ -433,7 +439,7 @@ def _fast_path(eqn, xs, primals, order, weights, summed) -> list[Collapsed] | No
         x, y = xs
         if jnp.shape(x.primal) == jnp.shape(y.primal):
             return [_product(x, y, primals[0], order, weights, summed)]
-    if len(primals) == 1:
+    if len(xs) == 1 and len(primals) == 1:
         out = _along_line(eqn, xs, primals[0], order, weights, summed)
         return None if out is None else [out]
     return None
@@ -451,6 +457,21 @@ def _sub_jaxpr(eqn):
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Chain:
+    """A value that is an elementwise function `fn` of one collapsed value `root`, kept
+    unexpanded: a run of elementwise equations costs one composition along the line."""
+
+    primal: Array
+    root: Collapsed
+    fn: object  # root primal -> this value
+
+
+def _expand(chain: _Chain, order: int, weights, summed: bool) -> Collapsed:
+    d = _derivatives_at(chain.fn, chain.root.primal, order)
+    return _compose_line(chain.root, d, chain.primal, order, weights, summed)
+
+
 def eval_jaxpr_collapsed(
     jaxpr: _compat.Jaxpr,
     consts: Sequence,
@@ -466,10 +487,44 @@ def eval_jaxpr_collapsed(
     """
     env: dict = {}
 
+    def peek(v):
+        return Collapsed(v.val) if isinstance(v, _compat.Literal) else env[v]
+
     def read(v) -> Collapsed:
-        if isinstance(v, _compat.Literal):
-            return Collapsed(v.val)
-        return env[v]
+        value = peek(v)
+        if isinstance(value, _Chain):
+            value = env[v] = _expand(value, order, weights, summed)
+        return value
+
+    def extend(eqn) -> bool:
+        """At orders <= 2, continue an elementwise chain instead of expanding it."""
+        if order > _JVP_MAX_ORDER:
+            return False
+        values = [peek(v) for v in eqn.invars]
+        roots = {
+            id(x.root if isinstance(x, _Chain) else x): x.root if isinstance(x, _Chain) else x
+            for x in values
+            if isinstance(x, _Chain) or not x.is_constant
+        }
+        if len(roots) != 1:
+            return False
+        (root,) = roots.values()
+        if root.rows > 1 or not _chain_link(eqn, values, root):
+            return False
+        parts = [
+            x.fn if isinstance(x, _Chain) else (None if x.is_constant else "root") for x in values
+        ]
+        constants = [x.primal for x in values]
+
+        def fn(z, parts=parts, constants=constants, eqn=eqn):
+            args = [
+                c if p is None else (z if p == "root" else p(z)) for p, c in zip(parts, constants)
+            ]
+            return _bind_one(eqn, args)
+
+        primal = _bind_one(eqn, constants)
+        write(eqn.outvars[0], _Chain(primal, root, fn))
+        return True
 
     def write(v, value: Collapsed) -> None:
         if not isinstance(v, _compat.DropVar):
@@ -481,16 +536,18 @@ def eval_jaxpr_collapsed(
         write(v, a)
 
     for eqn in jaxpr.eqns:
-        xs = [read(v) for v in eqn.invars]
         primitive = eqn.primitive
-        if all(x.is_constant for x in xs) or not any(
-            _carries_derivative(v.aval) for v in eqn.outvars
+        if not any(_carries_derivative(v.aval) for v in eqn.outvars) or all(
+            not isinstance(peek(v), _Chain) and peek(v).is_constant for v in eqn.invars
         ):
-            out = _compat.bind_equation(eqn, [x.primal for x in xs])
+            out = _compat.bind_equation(eqn, [peek(v).primal for v in eqn.invars])
             outs = out if primitive.multiple_results else [out]
             for v, o in zip(eqn.outvars, outs, strict=True):
                 write(v, Collapsed(o))
             continue
+        if extend(eqn):
+            continue
+        xs = [read(v) for v in eqn.invars]
         sub = _sub_jaxpr(eqn)
         if sub is not None:
             outs = eval_jaxpr_collapsed(sub[0], sub[1], xs, order, weights, summed)
