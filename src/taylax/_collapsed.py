@@ -437,7 +437,9 @@ def _fast_path(eqn, xs, primals, order, weights, summed) -> list[Collapsed] | No
         return _linear(eqn, xs, mask, primals, summed)
     if eqn.primitive is lax.mul_p and len(primals) == 1:
         x, y = xs
-        if jnp.shape(x.primal) == jnp.shape(y.primal):
+        # Equal ranks: lax.mul broadcasts size-1 dimensions, and every term of the
+        # product has one factor from each side, so it broadcasts to the output's shape.
+        if jnp.ndim(x.primal) == jnp.ndim(y.primal):
             return [_product(x, y, primals[0], order, weights, summed)]
     if len(xs) == 1 and len(primals) == 1:
         out = _along_line(eqn, xs, primals[0], order, weights, summed)
