@@ -70,6 +70,16 @@ def mlp(params, x):
     return (x @ w + b)[0]
 
 
+def residual_net(params, x):
+    """Softplus, residual gelu blocks and a final tanh on the same weights: activations
+    that JAX writes as custom_jvp functions and chains of elementwise equations."""
+    (w, b), hidden, (w_out, b_out) = params[0], params[1:-1], params[-1]
+    h = jax.nn.softplus(x @ w + b)
+    for w, b in hidden:
+        h = h + jax.nn.gelu(h @ w + b)
+    return jnp.tanh((h @ w_out + b_out)[0])
+
+
 def hand_fused_laplacian(params, x):
     """The roofline: the forward Laplacian of `mlp` written out by hand.
 
@@ -163,12 +173,16 @@ def _relative_error(a, b) -> float:
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
-def operator_row(case: str, contenders, reference: str, dtype_name: str, d: int, rounds: int):
+def operator_row(
+    case: str, contenders, reference: str, dtype_name: str, d: int, rounds: int, net=mlp
+):
     """Time every contender of one operator on one network and check taylax against
-    `reference` (a dense jax.hessian contender). `contenders(f, params)` names them."""
+    `reference` (a dense jax.hessian contender). `contenders(f, params)` names them;
+    `params` is None for a network other than the plain MLP."""
     dtype = jnp.dtype(dtype_name)
-    params = mlp_params(d, dtype)
-    f = lambda x: mlp(params, x)  # noqa: E731
+    net_params = mlp_params(d, dtype)
+    f = lambda x: net(net_params, x)  # noqa: E731
+    params = net_params if net is mlp else None
     xs = jax.random.normal(jax.random.PRNGKey(1), (BATCH, d), dtype)
     fns = {k: jax.jit(jax.vmap(v)) for k, v in contenders(f, params).items()}
     times = interleaved_minimum(fns, (xs,), rounds)
@@ -182,6 +196,22 @@ def laplacian_rows(dims, dtypes, rounds) -> list[dict]:
     return [
         operator_row("laplacian", laplacian_contenders, "jax.hessian", dtype, d, rounds)
         for dtype in dtypes
+        for d in dims
+    ]
+
+
+def residual_rows(dims, rounds) -> list[dict]:
+    """The Laplacian of `residual_net` (no hand-fused roofline: it is the MLP's)."""
+    return [
+        operator_row(
+            "laplacian_residual",
+            laplacian_contenders,
+            "jax.hessian",
+            "float64",
+            d,
+            rounds,
+            net=residual_net,
+        )
         for d in dims
     ]
 
@@ -295,6 +325,14 @@ def readme_summary(payload: dict) -> str:
             f"{_fmt(ms['jet'])} | {_fmt(ms.get('hand-fused'))} | {_ratio(ms, 'folx')} | "
             f"{_ratio(ms, 'hand-fused')} | {_ratio(ms, 'jax.hessian')} |"
         )
+    for r in payload.get("residual", []):
+        ms = r["ms"]
+        lines.append(
+            f"| Laplacian, residual softplus/gelu net | {r['dtype']} | {r['d']} | "
+            f"{_fmt(ms['taylax'])} | {_fmt(ms.get('folx'))} | {_fmt(ms['jax.hessian'])} | "
+            f"{_fmt(ms['hvp loop'])} | {_fmt(ms['jet'])} | | {_ratio(ms, 'folx')} | | "
+            f"{_ratio(ms, 'jax.hessian')} |"
+        )
     for r in payload["grad"]:
         ms = r["ms"]
         lines.append(
@@ -328,7 +366,8 @@ def readme_summary(payload: dict) -> str:
                 text += f" vs folx {theirs:.2f} s ({ours / theirs:.2f}×)"
             cells.append(text)
         lines += ["", "Laplacian first call (fresh process, float64): " + "; ".join(cells) + "."]
-    errors = [r["rel_err_vs_hessian"] for r in payload["laplacian"] if r["dtype"] == "float64"]
+    laplacians = payload["laplacian"] + payload.get("residual", [])
+    errors = [r["rel_err_vs_hessian"] for r in laplacians if r["dtype"] == "float64"]
     if errors:
         lines += [
             "",
@@ -404,6 +443,7 @@ def main(argv=None) -> int:
             "folx": getattr(folx, "__version__", "installed") if folx else None,
         },
         "laplacian": laplacian_rows(dims, dtypes, rounds),
+        "residual": residual_rows(dims[:2], rounds),
         "grad": grad_rows(dims[:2], rounds),
         "biharmonic": biharmonic_rows([4, 8] if args.quick else [4, 8, 16], rounds),
         "first_calls": first_calls(dims),

@@ -168,3 +168,20 @@ def test_elementwise_chains_cost_one_composition_per_direction(activation):
     # activation, besides the matmuls and their reshapes.
     assert names == _per_direction_equations(network(jnp.tanh), d, width)
     assert names.count("mul") == 4, names
+
+
+def _broadcast_product_program(x):
+    # lax.mul of equal-rank operands with a size-1 dimension (the Laplacian's own
+    # program multiplies a (1, n) derivative by (d, n) rows): the product path.
+    row = jax.lax.broadcast_in_dim(jnp.sin(x), (1, 3), (1,))
+    table = jnp.exp(jnp.outer(x, x) / 4)
+    return jnp.sum(jax.lax.mul(row, table) + jax.lax.mul(table, row) ** 2)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_products_broadcasting_size_one_dimensions(order):
+    x = jnp.asarray([0.3, -0.4, 0.8])
+    directions = _directions(4, (3,), seed_value=5)
+    out = _collapsed(_broadcast_product_program, x, directions, order)
+    per_direction = [_normalized(_broadcast_product_program, x, v, order) for v in directions]
+    np.testing.assert_allclose(out.top, sum(y[order] for y in per_direction), rtol=1e-11)

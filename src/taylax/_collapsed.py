@@ -306,18 +306,25 @@ def _is_elementwise(eqn) -> bool:
     return False
 
 
-def _derivatives_at(f, x0, order: int) -> list:
-    """`[None, f'(x_0), f''(x_0)/2]` (up to `order <= 2`) of an elementwise `f` by nested
-    `jax.jvp` along all-ones: JAX's own derivative rules, evaluated once per point."""
-    one = jnp.ones_like(x0)
+def _link_derivatives(g, primals: list, firsts: list, seconds: list, order: int) -> list:
+    """`[None, y_1, y_2]` (to `order <= 2`) of `y = g(u)` where each input is a function of
+    one variable `z` with `u_i = u_i0 + u_i1 z + u_i2 z^2` (`seconds[i]` None for 0):
 
-    def first(z):
-        return jax.jvp(f, (z,), (one,))[1]
+        y_1 = g'(u_0) . u_1,    y_2 = g'(u_0) . u_2 + g''(u_0)[u_1, u_1] / 2,
+
+    by `jax.jvp` of `g` at the primals (JAX's own derivative rules, once per point)."""
+
+    def first(*us):
+        return jax.jvp(g, tuple(us), tuple(firsts))[1]
 
     if order == 1:
-        return [None, first(x0)]
-    d1, d2 = jax.jvp(first, (x0,), (one,))
-    return [None, d1, d2 * jnp.asarray(0.5, d2.dtype)]
+        return [None, first(*primals)]
+    y1, curvature = jax.jvp(first, tuple(primals), tuple(firsts))
+    y2 = curvature * jnp.asarray(0.5, curvature.dtype)
+    if any(u2 is not None for u2 in seconds):
+        zeros = [jnp.zeros_like(u1) if u2 is None else u2 for u1, u2 in zip(firsts, seconds)]
+        y2 = y2 + jax.jvp(g, tuple(primals), tuple(zeros))[1]
+    return [None, y1, y2]
 
 
 def _bind_one(eqn, args):
@@ -461,17 +468,17 @@ def _sub_jaxpr(eqn):
 
 @dataclasses.dataclass(frozen=True)
 class _Chain:
-    """A value that is an elementwise function `fn` of one collapsed value `root`, kept
-    unexpanded: a run of elementwise equations costs one composition along the line."""
+    """A value that is an elementwise function of one collapsed value `root`, kept as its
+    derivatives in the root, point by point: `derivatives[k] = (d^k/dz^k y)/k!` (k = 1,
+    2). A run of elementwise equations then costs one composition along the line."""
 
     primal: Array
     root: Collapsed
-    fn: object  # root primal -> this value
+    derivatives: list
 
 
 def _expand(chain: _Chain, order: int, weights, summed: bool) -> Collapsed:
-    d = _derivatives_at(chain.fn, chain.root.primal, order)
-    return _compose_line(chain.root, d, chain.primal, order, weights, summed)
+    return _compose_line(chain.root, chain.derivatives, chain.primal, order, weights, summed)
 
 
 def eval_jaxpr_collapsed(
@@ -498,6 +505,18 @@ def eval_jaxpr_collapsed(
             value = env[v] = _expand(value, order, weights, summed)
         return value
 
+    readers: dict = {}
+    for eqn in jaxpr.eqns:
+        for v in eqn.invars:
+            if not isinstance(v, _compat.Literal):
+                readers.setdefault(v, []).append(eqn)
+    returned = {v for v in jaxpr.outvars if not isinstance(v, _compat.Literal)}
+
+    def feeds_chains(v) -> bool:
+        """Whether only elementwise equations read `v` (so a chain through it stays one)."""
+        found = readers.get(v)
+        return bool(found) and v not in returned and all(_is_elementwise(e) for e in found)
+
     def extend(eqn) -> bool:
         """At orders <= 2, continue an elementwise chain instead of expanding it."""
         if order > _JVP_MAX_ORDER:
@@ -513,19 +532,32 @@ def eval_jaxpr_collapsed(
         (root,) = roots.values()
         if root.rows > 1 or not _chain_link(eqn, values, root):
             return False
-        parts = [
-            x.fn if isinstance(x, _Chain) else (None if x.is_constant else "root") for x in values
-        ]
-        constants = [x.primal for x in values]
+        if (
+            not any(isinstance(x, _Chain) for x in values)
+            and _linear_mask(eqn.primitive, values) is not None
+            and not feeds_chains(eqn.outvars[0])
+        ):
+            return False  # a linear map of a collapsed value costs nothing to apply as is
+        primals = [x.primal for x in values]
+        varying = [i for i, x in enumerate(values) if isinstance(x, _Chain) or not x.is_constant]
+        firsts, seconds = [], []
+        for i in varying:
+            x = values[i]
+            if isinstance(x, _Chain):
+                firsts.append(x.derivatives[1])
+                seconds.append(x.derivatives[2] if order > 1 else None)
+            else:  # the root itself: z
+                firsts.append(jnp.ones_like(x.primal))
+                seconds.append(None)
 
-        def fn(z, parts=parts, constants=constants, eqn=eqn):
-            args = [
-                c if p is None else (z if p == "root" else p(z)) for p, c in zip(parts, constants)
-            ]
+        def g(*us, eqn=eqn, primals=primals, varying=varying):
+            args = list(primals)
+            for i, u in zip(varying, us):
+                args[i] = u
             return _bind_one(eqn, args)
 
-        primal = _bind_one(eqn, constants)
-        write(eqn.outvars[0], _Chain(primal, root, fn))
+        derivatives = _link_derivatives(g, [primals[i] for i in varying], firsts, seconds, order)
+        write(eqn.outvars[0], _Chain(_bind_one(eqn, primals), root, derivatives))
         return True
 
     def write(v, value: Collapsed) -> None:
