@@ -10,7 +10,7 @@ directions (or kept per direction where the operator needs each one).
 * weighted Laplacian `sum_ij a_ij d_i d_j f = sum_k lambda_k D^2 f[q_k]` for
   `a = Q diag(lambda) Q^T`, or `sum_k D^2 f[s_k]` for a factor `a = S S^T`;
 * biharmonic: the Laplacian of the Laplacian, two nested collapsed passes of order 2
-  (measured 0.6-0.9x the time of the `d^2` order-4 directions `e_i`, `e_i +- e_j`
+  (measured 0.5-0.7x the time of the `d^2` order-4 directions `e_i`, `e_i +- e_j`
   that interpolation needs); its unbiased estimate `E[D^4 f[v]] / 3` for Gaussian `v`;
 * any mixed partial `d^i f` with `|i| = p` by exact interpolation from the
   directions `j` with `|j| = p` (Griewank, Utke and Walther, Math. Comp. 2000):
