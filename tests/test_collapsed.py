@@ -122,15 +122,6 @@ def _elementwise_program(x):
     return jnp.sum(b * jnp.cos(x))
 
 
-@pytest.mark.parametrize("order", ORDERS)
-def test_elementwise_functions_next_to_constants(order):
-    x = jnp.asarray([0.3, -0.4, 0.8])
-    directions = _directions(5, (3,), seed_value=2)
-    out = _collapsed(_elementwise_program, x, directions, order)
-    per_direction = [_normalized(_elementwise_program, x, v, order) for v in directions]
-    np.testing.assert_allclose(out.top, sum(y[order] for y in per_direction), rtol=1e-11)
-
-
 def _per_direction_equations(f, d: int, width: int) -> list[str]:
     """The equations of `taylax.laplacian(f)`'s program whose outputs carry the direction
     axis (shape `(d, width)`), by primitive name."""
@@ -179,9 +170,10 @@ def _broadcast_product_program(x):
 
 
 @pytest.mark.parametrize("order", ORDERS)
-def test_products_broadcasting_size_one_dimensions(order):
+@pytest.mark.parametrize("program", [_elementwise_program, _broadcast_product_program])
+def test_summed_top_of_more_programs(program, order):
     x = jnp.asarray([0.3, -0.4, 0.8])
-    directions = _directions(4, (3,), seed_value=5)
-    out = _collapsed(_broadcast_product_program, x, directions, order)
-    per_direction = [_normalized(_broadcast_product_program, x, v, order) for v in directions]
+    directions = _directions(5, (3,), seed_value=2)
+    out = _collapsed(program, x, directions, order)
+    per_direction = [_normalized(program, x, v, order) for v in directions]
     np.testing.assert_allclose(out.top, sum(y[order] for y in per_direction), rtol=1e-11)
