@@ -8,10 +8,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import taylax
 from reference import nested_jvp_derivatives
 from taylax._collapsed import eval_jaxpr_collapsed, seed
+from test_random_programs import expressions, program
 
 jax.config.update("jax_enable_x64", True)
 
@@ -177,3 +179,29 @@ def test_summed_top_of_more_programs(program, order):
     out = _collapsed(program, x, directions, order)
     per_direction = [_normalized(program, x, v, order) for v in directions]
     np.testing.assert_allclose(out.top, sum(y[order] for y in per_direction), rtol=1e-11)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    expr=st.integers(2, 5).flatmap(expressions),
+    order=st.sampled_from([1, 2, 3]),
+    summed=st.booleans(),
+)
+def test_random_programs_against_nested_jvp(expr, order, summed):
+    """Random compositions (elementwise chains that merge, products of values with
+    different roots, custom_jvp softplus) after a matmul and before a mixing reduction."""
+    mix = np.random.default_rng(6).normal(size=(3, 4)) / 2
+
+    def f(x):
+        y = program(expr)(x @ mix)
+        return jnp.sum(y[:2] * y[2:]) + jnp.sum(jnp.sin(y))
+
+    x = jnp.asarray([0.3, -0.4, 0.8])
+    directions = _directions(3, (3,), seed_value=7)
+    weights = np.array([0.5, -1.0, 2.0])
+    out = _collapsed(f, x, directions, order, weights if summed else None, summed)
+    per_direction = [_normalized(f, x, v, order)[order] for v in directions]
+    expected = (
+        sum(w * y for w, y in zip(weights, per_direction)) if summed else np.stack(per_direction)
+    )
+    np.testing.assert_allclose(out.top, expected, rtol=1e-9, atol=1e-12, err_msg=str(expr))
