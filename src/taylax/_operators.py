@@ -9,9 +9,11 @@ directions (or kept per direction where the operator needs each one).
   or Gaussian `v`;
 * weighted Laplacian `sum_ij a_ij d_i d_j f = sum_k lambda_k D^2 f[q_k]` for
   `a = Q diag(lambda) Q^T`, or `sum_k D^2 f[s_k]` for a factor `a = S S^T`;
-* biharmonic: the Laplacian of the Laplacian, two nested collapsed passes of order 2
-  (measured 0.5-0.7x the time of the `d^2` order-4 directions `e_i`, `e_i +- e_j`
-  that interpolation needs); its unbiased estimate `E[D^4 f[v]] / 3` for Gaussian `v`;
+* biharmonic: one forward pass carrying the gradient, the packed symmetric Hessian,
+  `grad Delta` and `Delta^2` of every value (`taylax._biharmonic`), or, where a
+  program has an equation that pass has no rule for, the Laplacian of the Laplacian
+  (two nested collapsed passes of order 2); its unbiased estimate `E[D^4 f[v]] / 3`
+  for Gaussian `v`;
 * any mixed partial `d^i f` with `|i| = p` by exact interpolation from the
   directions `j` with `|j| = p` (Griewank, Utke and Walther, Math. Comp. 2000):
   `d^i f = sum_j gamma_ij y_p[j]`, which gives general linear operators and
@@ -30,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _biharmonic
 from ._api import _cached_program, _trace
 from ._collapsed import Collapsed, eval_jaxpr_collapsed, seed
 
@@ -312,6 +315,18 @@ def _check_matrix(m, shape, name: str, d: int) -> None:
 # --------------------------------------------------------------------------
 
 
+def _exact_biharmonic(fun: Callable, x, args):
+    """One symmetric-Hessian pass (`taylax._biharmonic`) where every equation has a rule
+    there, else the Laplacian of the Laplacian."""
+    closed, out_tree = _trace(lambda x, *args: fun(x, *args), (x, *args), "taylax.biharmonic")
+    program, consts = _cached_program(closed, ("biharmonic",), fun, _biharmonic.program_of)
+    try:
+        outs = program(consts, x, jax.tree.leaves(args))
+    except _biharmonic.Unsupported:
+        return _exact_laplacian(_exact_laplacian(fun))(x, *args)
+    return jax.tree.unflatten(out_tree, outs)
+
+
 def _exact_laplacian(fun: Callable) -> Callable:
     """`(x, *args) -> Delta fun(x, *args)`: one collapsed pass along the basis of `x`."""
 
@@ -335,12 +350,12 @@ def biharmonic(fun: Callable, *, key=None, samples: int | None = None):
 
     **Returns:** a function `(x, *args)` with `fun`'s output structure.
 
-    Exact evaluation is `Delta (Delta f)`: a collapsed Laplacian pass (`d` basis
-    directions, order 2) over the program of the inner one. Per value it carries the
-    `d^2` mixed second derivatives of the inner pass's `d` first derivatives, as nested
-    forward Laplacians do, and ran faster than the `d^2` order-4 directions of exact
-    interpolation (`Delta^2 f = (1 - (d-1)/3) sum_i D^4 f[e_i] + 1/6 sum_{i<j}
-    (D^4 f[e_i + e_j] + D^4 f[e_i - e_j])`, which carry three coefficients each).
+    Exact evaluation is one forward pass in which every value carries its gradient,
+    its Hessian packed to `d (d+1) / 2` entries, `grad Delta` and `Delta^2`: half the
+    `d^2` mixed derivatives that nested forward Laplacians carry. Linear maps and
+    elementwise functions (runs of them composed once) have rules there; a program
+    with anything else (a product of two different values, control flow) is evaluated
+    as `Delta (Delta f)`, a collapsed Laplacian pass over the program of another.
     The estimator's variance per sample is `(E[D^4 f[v]^2] - 9 (Delta^2 f)^2) / 9`.
 
     !!! Example
@@ -360,7 +375,7 @@ def biharmonic(fun: Callable, *, key=None, samples: int | None = None):
             directions = _draw(key, count, x, "gaussian")
             weights = jnp.full((count,), 24.0 / (3.0 * count), x.dtype)
         else:
-            return _exact_laplacian(_exact_laplacian(fun))(x, *args)
+            return _exact_biharmonic(fun, x, args)
         _, tops, tree = _run(fun, x, args, 4, directions, weights, True, "taylax.biharmonic")
         return jax.tree.unflatten(tree, tops)
 

@@ -1,0 +1,269 @@
+"""The biharmonic in one forward pass with a symmetric Hessian.
+
+`Delta^2 f = Delta (Delta f)` by nested collapsed Laplacians carries, per value, the
+`d^2` mixed derivatives `d_a d_b z` of the inner pass's first derivatives, both halves
+of a symmetric matrix, and `d_a Delta z` twice (as the outer derivative of the inner
+Laplacian and as the outer Laplacian of the inner derivatives). Here every value `z`
+carries each quantity once:
+
+* `grad`: `g_a = d_a z`, shape `(d, *S)`;
+* `hess`: `H_ab = d_a d_b z` for `a <= b` (packed), shape `(d (d + 1) / 2, *S)`;
+* `third`: `T_a = d_a Delta z`, shape `(d, *S)`;
+* `fourth`: `Q = Delta^2 z`, shape `S`.
+
+Linear maps apply to each of them. An elementwise `y = phi(z)`, with `s = |g|^2`,
+`L = tr H`, `u = g . H g`, `phi_k` its k-th derivative at `z`, gives
+
+    g_y = phi_1 g,      H_y = phi_1 H + phi_2 g g^T,
+    T_y = phi_1 T + phi_2 (L g + 2 H g) + phi_3 s g,
+    Q_y = phi_1 Q + phi_2 (L^2 + 4 g . T + 2 ||H||_F^2) + phi_3 (2 s L + 4 u) + phi_4 s^2.
+
+A run of elementwise equations on one value (gelu, `x * sigmoid(x)`) is one `phi`:
+its Taylor series in that value, link by link through the engine's own rules, point
+by point. Anything else (a product of two different values, control flow) raises
+`Unsupported`, and the caller falls back to nested Laplacians.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _compat
+from ._collapsed import _is_elementwise, _linear_mask, _map_linear, _rule, _sub_jaxpr
+from ._interpret import _carries_derivative
+from ._series import Series
+
+Array = jax.Array
+_ORDER = 4
+
+
+class Unsupported(Exception):
+    """An equation this pass has no rule for; use nested Laplacians instead."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Jet4:
+    """A value and its biharmonic quantities (None for a constant)."""
+
+    primal: Array
+    parts: tuple | None = None  # (grad, hess, third, fourth)
+
+    @property
+    def is_constant(self) -> bool:
+        return self.parts is None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Chain:
+    """An elementwise function of `root`, as its normalized Taylor series in `root`."""
+
+    primal: Array
+    root: Jet4
+    series: Series
+
+
+@functools.cache
+def _bands(d: int):
+    """The start offsets of the packed layout: the diagonals `k = 0..d-1` of the upper
+    triangle one after the other (`H[a, a+k]` for `a < d-k`). Shifted slices of `g` line
+    up with each band, so no gather is needed."""
+    return np.concatenate([[0], np.cumsum([d - k for k in range(d)])])
+
+
+def _band(h: Array, d: int, k: int) -> Array:
+    offsets = _bands(d)
+    return h[offsets[k] : offsets[k + 1]]
+
+
+def _shifted(a: Array, before: int, after: int) -> Array:
+    """`a` zero-padded along its leading axis."""
+    pad = [(before, after, 0)] + [(0, 0, 0)] * (a.ndim - 1)
+    return jax.lax.pad(a, jnp.zeros((), a.dtype), pad)
+
+
+def _hessian_times(h: Array, g: Array) -> Array:
+    """`(H g)_a = sum_b H_ab g_b` from the packed bands: two shifted products per band."""
+    d = g.shape[0]
+    total = None
+    for k in range(d):
+        band = _band(h, d, k)
+        terms = [_shifted(band * g[k:], 0, k)]
+        if k:
+            terms.append(_shifted(band * g[: d - k], k, 0))
+        for term in terms:
+            total = term if total is None else total + term
+    return total
+
+
+def _outer(g: Array) -> Array:
+    """`g g^T` packed: band k is `g_a g_{a+k}`."""
+    d = g.shape[0]
+    return jnp.concatenate([g[: d - k] * g[k:] for k in range(d)], 0)
+
+
+def _dot(a: Array, b: Array) -> Array:
+    """`sum_a a_a b_a` over the leading axis."""
+    return jnp.sum(a * b, 0)
+
+
+def _apply(x: Jet4, phi: Sequence[Array], primal) -> Jet4:
+    """`phi(x)` from `phi[k]`, the k-th derivative at `x.primal` (k = 1..4)."""
+    g, h, t, q = x.parts
+    d = g.shape[0]
+    hg = _hessian_times(h, g)
+    s = _dot(g, g)
+    trace = jnp.sum(_band(h, d, 0), 0)
+    u = _dot(g, hg)
+    # ||H||_F^2: the main diagonal once, the other bands twice (a reduction over the
+    # leading axis; a tensordot with the weights made XLA transpose `h` for a dot).
+    frobenius = jnp.sum(jnp.square(h[:d]), 0) + 2 * jnp.sum(jnp.square(h[d:]), 0)
+    p1, p2, p3, p4 = phi
+    g_y = p1 * g
+    h_y = p1 * h + p2 * _outer(g)
+    t_y = p1 * t + p2 * (trace * g + 2 * hg) + p3 * s * g
+    q_y = (
+        p1 * q
+        + p2 * (trace * trace + 4 * _dot(g, t) + 2 * frobenius)
+        + p3 * (2 * s * trace + 4 * u)
+        + p4 * s * s
+    )
+    return Jet4(primal, (g_y, h_y, t_y, q_y))
+
+
+def _expand(chain: _Chain) -> Jet4:
+    c = chain.series.coeffs
+    phi = [
+        c[k] * math.factorial(k) if k < c.shape[0] else jnp.zeros_like(c[0]) for k in range(1, 5)
+    ]
+    return _apply(chain.root, phi, chain.primal)
+
+
+def _linear(eqn, xs: Sequence[Jet4], mask, primals) -> list[Jet4]:
+    """A linear map applied to each quantity: one mapped call per quantity, so no copy
+    concatenates them (each is its own matmul under `vmap`)."""
+    mapped = []
+    for i in range(4):
+
+        def rows(x, i=i):
+            if x.is_constant:
+                return None
+            return x.parts[i] if i < 3 else x.parts[i][None]
+
+        mapped.append(_map_linear(eqn, xs, mask, rows))
+    return [Jet4(p, (g, h, t, q[0])) for p, g, h, t, q in zip(primals, *mapped)]
+
+
+def eval_jaxpr_biharmonic(jaxpr, consts, args: Sequence[Jet4]) -> list[Jet4]:
+    """Evaluate `jaxpr` on `Jet4` inputs; raise `Unsupported` where no rule applies."""
+    env: dict = {}
+
+    def peek(v):
+        return Jet4(v.val) if isinstance(v, _compat.Literal) else env[v]
+
+    def read(v) -> Jet4:
+        value = peek(v)
+        if isinstance(value, _Chain):
+            value = env[v] = _expand(value)
+        return value
+
+    def write(v, value) -> None:
+        if not isinstance(v, _compat.DropVar):
+            env[v] = value
+
+    def extend(eqn) -> bool:
+        values = [peek(v) for v in eqn.invars]
+        varying = [x for x in values if isinstance(x, _Chain) or not x.is_constant]
+        roots = {id(x.root if isinstance(x, _Chain) else x): x for x in varying}
+        if len(roots) != 1 or len(eqn.outvars) != 1 or not _is_elementwise(eqn):
+            return False
+        root = varying[0].root if isinstance(varying[0], _Chain) else varying[0]
+        out = eqn.outvars[0].aval
+        if jnp.shape(root.primal) != out.shape or jnp.result_type(root.primal) != out.dtype:
+            return False
+        if any(jnp.shape(x.primal) != out.shape for x in varying):
+            return False
+        if (
+            not any(isinstance(x, _Chain) for x in values)
+            and _linear_mask(eqn.primitive, values) is not None
+        ):
+            return False  # a linear map of a value: apply it as it is
+        series = []
+        for x in values:
+            if isinstance(x, _Chain):
+                series.append(x.series)
+            elif x.is_constant:
+                series.append(Series.constant(x.primal))
+            else:  # the root itself
+                one = jnp.ones_like(x.primal)
+                zero = jnp.zeros_like(x.primal)
+                series.append(Series(jnp.stack([x.primal, one, zero, zero, zero])))
+        (y,) = _rule(eqn)(_ORDER, *series)
+        primal = _compat.bind_equation(eqn, [x.primal for x in values])
+        primal = primal[0] if eqn.primitive.multiple_results else primal
+        write(eqn.outvars[0], _Chain(primal, root, y))
+        return True
+
+    for v, c in zip(jaxpr.constvars, consts, strict=True):
+        write(v, Jet4(c))
+    for v, a in zip(jaxpr.invars, args, strict=True):
+        write(v, a)
+
+    for eqn in jaxpr.eqns:
+        constant = all(not isinstance(peek(v), _Chain) and peek(v).is_constant for v in eqn.invars)
+        if constant or not any(_carries_derivative(v.aval) for v in eqn.outvars):
+            out = _compat.bind_equation(eqn, [peek(v).primal for v in eqn.invars])
+            outs = out if eqn.primitive.multiple_results else [out]
+            for v, o in zip(eqn.outvars, outs, strict=True):
+                write(v, Jet4(o))
+            continue
+        if extend(eqn):
+            continue
+        xs = [read(v) for v in eqn.invars]
+        sub = _sub_jaxpr(eqn)
+        if sub is not None:
+            outs = eval_jaxpr_biharmonic(sub[0], sub[1], xs)
+        else:
+            mask = _linear_mask(eqn.primitive, xs)
+            if mask is None:
+                raise Unsupported(eqn.primitive.name)
+            out = _compat.bind_equation(eqn, [x.primal for x in xs])
+            primals = list(out) if eqn.primitive.multiple_results else [out]
+            outs = _linear(eqn, xs, mask, primals)
+        for v, o in zip(eqn.outvars, outs, strict=True):
+            write(v, o if _carries_derivative(v.aval) else Jet4(o.primal))
+    return [read(v) for v in jaxpr.outvars]
+
+
+def seed(x: Array) -> Jet4:
+    """The input: `g = e_a` (the basis of `x`'s entries), everything above it zero."""
+    d = x.size
+    g = jnp.eye(d, dtype=x.dtype).reshape((d, *x.shape))
+    h = jnp.zeros((d * (d + 1) // 2, *x.shape), x.dtype)
+    # Zeros built from shapes, not from `x`: under `vmap` they stay unbatched, so the first
+    # layer maps `d + d (d+1)/2 + d + 1` constant rows once, not once per point.
+    return Jet4(x, (g, h, jnp.zeros_like(g), jnp.zeros(x.shape, x.dtype)))
+
+
+def program_of(jaxpr):
+    """`(consts, x, arg_leaves) -> biharmonic of every output` (zeros where constant)."""
+
+    def program(consts, x, arg_leaves):
+        inputs = [seed(x)] + [Jet4(a) for a in arg_leaves]
+        outs = eval_jaxpr_biharmonic(jaxpr, consts, inputs)
+        result = []
+        for o, v in zip(outs, jaxpr.outvars):
+            aval = v.aval
+            if o.is_constant or not jnp.issubdtype(aval.dtype, jnp.inexact):
+                result.append(jnp.zeros(aval.shape, aval.dtype))
+            else:
+                result.append(jnp.broadcast_to(o.parts[3].astype(aval.dtype), aval.shape))
+        return result
+
+    return program
