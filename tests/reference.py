@@ -292,3 +292,12 @@ def case_params(cases, accepts_complex: Callable[[Any], bool]) -> list:
         for dtype in ["float64"] + (["complex128"] if accepts_complex(case) else []):
             params.append(pytest.param(case.name, dtype, id=f"{case.name}-{dtype}"))
     return params
+
+
+def all_equations(jaxpr):
+    """Every equation of `jaxpr` (a Jaxpr or ClosedJaxpr), sub-jaxprs included, in order."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            yield from all_equations(sub)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import taylax
+from reference import all_equations
 from taylax import _biharmonic
 from test_operators import FUNCTIONS, init_mlp, residual_net
 
@@ -76,16 +77,9 @@ def test_hessian_is_packed_in_the_matmuls():
         return jnp.sum(jnp.tanh(jnp.tanh(x @ w1) @ w2))
 
     jaxpr = jax.make_jaxpr(lambda x: _symmetric_pass(f, x))(jnp.ones(d))
-    lhs_rows = []
-
-    def walk(j):
-        for eqn in j.eqns:
-            if eqn.primitive.name == "dot_general":
-                lhs_rows.append(eqn.invars[0].aval.shape)
-            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                walk(sub)
-
-    walk(jaxpr.jaxpr)
+    lhs_rows = [
+        e.invars[0].aval.shape for e in all_equations(jaxpr) if e.primitive.name == "dot_general"
+    ]
     assert (d * (d + 1) // 2, width) in lhs_rows
     assert not any(shape[0] == d * d for shape in lhs_rows if len(shape) == 2)
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import taylax
-from reference import nested_jvp_derivatives
+from reference import all_equations, nested_jvp_derivatives
 from taylax._collapsed import eval_jaxpr_collapsed, seed
 from test_random_programs import expressions, program
 
@@ -94,16 +94,7 @@ def test_primal_is_computed_once_not_per_direction():
     width, d = 7, 5
     mlp, _ = _ones_mlp(d, width)
     jaxpr = jax.make_jaxpr(taylax.laplacian(mlp))(jnp.ones(d))
-    shapes = []
-
-    def walk(j):
-        for eqn in j.eqns:
-            if eqn.primitive.name == "tanh":
-                shapes.append(eqn.outvars[0].aval.shape)
-            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                walk(sub)
-
-    walk(jaxpr.jaxpr)
+    shapes = [e.outvars[0].aval.shape for e in all_equations(jaxpr) if e.primitive.name == "tanh"]
     assert shapes and all(s == (width,) for s in shapes), shapes
 
 
@@ -128,17 +119,11 @@ def _per_direction_equations(f, d: int, width: int) -> list[str]:
     """The equations of `taylax.laplacian(f)`'s program whose outputs carry the direction
     axis (shape `(d, width)`), by primitive name."""
     jaxpr = jax.make_jaxpr(taylax.laplacian(f))(jnp.linspace(0.1, 0.5, d))
-    names = []
-
-    def walk(j):
-        for eqn in j.eqns:
-            if any(getattr(v.aval, "shape", None) == (d, width) for v in eqn.outvars):
-                names.append(eqn.primitive.name)
-            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                walk(sub)
-
-    walk(jaxpr.jaxpr)
-    return names
+    return [
+        e.primitive.name
+        for e in all_equations(jaxpr)
+        if any(getattr(v.aval, "shape", None) == (d, width) for v in e.outvars)
+    ]
 
 
 @pytest.mark.parametrize(
