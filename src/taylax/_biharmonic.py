@@ -36,8 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _compat
-from ._collapsed import _is_elementwise, _linear_mask, _map_linear, _rule, _sub_jaxpr
-from ._interpret import _carries_derivative
+from ._collapsed import Chain, _linear_mask, _map_linear, _rule, chain_root, eval_with_chains
 from ._series import Series
 
 Array = jax.Array
@@ -58,15 +57,6 @@ class Jet4:
     @property
     def is_constant(self) -> bool:
         return self.parts is None
-
-
-@dataclasses.dataclass(frozen=True)
-class _Chain:
-    """An elementwise function of `root`, as its normalized Taylor series in `root`."""
-
-    primal: Array
-    root: Jet4
-    series: Series
 
 
 @functools.cache
@@ -137,12 +127,36 @@ def _apply(x: Jet4, phi: Sequence[Array], primal) -> Jet4:
     return Jet4(primal, (g_y, h_y, t_y, q_y))
 
 
-def _expand(chain: _Chain) -> Jet4:
-    c = chain.series.coeffs
+def _expand(chain: Chain) -> Jet4:
+    """`phi(root)` from the chain's Taylor series in its root: `phi_k = k! c_k`."""
+    c = chain.state.coeffs
     phi = [
         c[k] * math.factorial(k) if k < c.shape[0] else jnp.zeros_like(c[0]) for k in range(1, 5)
     ]
     return _apply(chain.root, phi, chain.primal)
+
+
+def _link(eqn, values, only_elementwise_readers) -> Chain | None:
+    """Continue an elementwise chain (its order-4 Taylor series in the root, by the
+    engine's rules), or start one at a nonlinear elementwise equation of a value."""
+    root = chain_root(eqn, values)
+    if root is None:
+        return None
+    starts = not any(isinstance(x, Chain) for x in values)
+    if starts and _linear_mask(eqn.primitive, values) is not None:
+        return None  # a linear map of a value: apply it as it is
+    series = []
+    for x in values:
+        if isinstance(x, Chain):
+            series.append(x.state)
+        elif x.is_constant:
+            series.append(Series.constant(x.primal))
+        else:  # the root itself
+            one, zero = jnp.ones_like(x.primal), jnp.zeros_like(x.primal)
+            series.append(Series(jnp.stack([x.primal, one, zero, zero, zero])))
+    (y,) = _rule(eqn)(_ORDER, *series)
+    primal = _compat.bind_equation(eqn, [x.primal for x in values])
+    return Chain(primal[0] if eqn.primitive.multiple_results else primal, root, y)
 
 
 def _linear(eqn, xs: Sequence[Jet4], mask, primals) -> list[Jet4]:
@@ -160,85 +174,18 @@ def _linear(eqn, xs: Sequence[Jet4], mask, primals) -> list[Jet4]:
     return [Jet4(p, (g, h, t, q[0])) for p, g, h, t, q in zip(primals, *mapped)]
 
 
+def _apply_linear(eqn, xs: Sequence[Jet4], primals) -> list[Jet4]:
+    mask = _linear_mask(eqn.primitive, xs)
+    if mask is None:
+        raise Unsupported(eqn.primitive.name)
+    return _linear(eqn, xs, mask, primals)
+
+
 def eval_jaxpr_biharmonic(jaxpr, consts, args: Sequence[Jet4]) -> list[Jet4]:
     """Evaluate `jaxpr` on `Jet4` inputs; raise `Unsupported` where no rule applies."""
-    env: dict = {}
-
-    def peek(v):
-        return Jet4(v.val) if isinstance(v, _compat.Literal) else env[v]
-
-    def read(v) -> Jet4:
-        value = peek(v)
-        if isinstance(value, _Chain):
-            value = env[v] = _expand(value)
-        return value
-
-    def write(v, value) -> None:
-        if not isinstance(v, _compat.DropVar):
-            env[v] = value
-
-    def extend(eqn) -> bool:
-        values = [peek(v) for v in eqn.invars]
-        varying = [x for x in values if isinstance(x, _Chain) or not x.is_constant]
-        roots = {id(x.root if isinstance(x, _Chain) else x): x for x in varying}
-        if len(roots) != 1 or len(eqn.outvars) != 1 or not _is_elementwise(eqn):
-            return False
-        root = varying[0].root if isinstance(varying[0], _Chain) else varying[0]
-        out = eqn.outvars[0].aval
-        if jnp.shape(root.primal) != out.shape or jnp.result_type(root.primal) != out.dtype:
-            return False
-        if any(jnp.shape(x.primal) != out.shape for x in varying):
-            return False
-        if (
-            not any(isinstance(x, _Chain) for x in values)
-            and _linear_mask(eqn.primitive, values) is not None
-        ):
-            return False  # a linear map of a value: apply it as it is
-        series = []
-        for x in values:
-            if isinstance(x, _Chain):
-                series.append(x.series)
-            elif x.is_constant:
-                series.append(Series.constant(x.primal))
-            else:  # the root itself
-                one = jnp.ones_like(x.primal)
-                zero = jnp.zeros_like(x.primal)
-                series.append(Series(jnp.stack([x.primal, one, zero, zero, zero])))
-        (y,) = _rule(eqn)(_ORDER, *series)
-        primal = _compat.bind_equation(eqn, [x.primal for x in values])
-        primal = primal[0] if eqn.primitive.multiple_results else primal
-        write(eqn.outvars[0], _Chain(primal, root, y))
-        return True
-
-    for v, c in zip(jaxpr.constvars, consts, strict=True):
-        write(v, Jet4(c))
-    for v, a in zip(jaxpr.invars, args, strict=True):
-        write(v, a)
-
-    for eqn in jaxpr.eqns:
-        constant = all(not isinstance(peek(v), _Chain) and peek(v).is_constant for v in eqn.invars)
-        if constant or not any(_carries_derivative(v.aval) for v in eqn.outvars):
-            out = _compat.bind_equation(eqn, [peek(v).primal for v in eqn.invars])
-            outs = out if eqn.primitive.multiple_results else [out]
-            for v, o in zip(eqn.outvars, outs, strict=True):
-                write(v, Jet4(o))
-            continue
-        if extend(eqn):
-            continue
-        xs = [read(v) for v in eqn.invars]
-        sub = _sub_jaxpr(eqn)
-        if sub is not None:
-            outs = eval_jaxpr_biharmonic(sub[0], sub[1], xs)
-        else:
-            mask = _linear_mask(eqn.primitive, xs)
-            if mask is None:
-                raise Unsupported(eqn.primitive.name)
-            out = _compat.bind_equation(eqn, [x.primal for x in xs])
-            primals = list(out) if eqn.primitive.multiple_results else [out]
-            outs = _linear(eqn, xs, mask, primals)
-        for v, o in zip(eqn.outvars, outs, strict=True):
-            write(v, o if _carries_derivative(v.aval) else Jet4(o.primal))
-    return [read(v) for v in jaxpr.outvars]
+    return eval_with_chains(
+        jaxpr, consts, args, wrap=Jet4, link=_link, expand=_expand, apply=_apply_linear
+    )
 
 
 def seed(x: Array) -> Jet4:

@@ -37,6 +37,7 @@ bodies are interpreted inline, so the collapse goes through them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -332,21 +333,27 @@ def _bind_one(eqn, args):
     return out[0] if eqn.primitive.multiple_results else out
 
 
-def _chain_link(eqn, xs: Sequence, root) -> bool:
-    """Whether `eqn` continues an elementwise function of the one value `root`: an
-    elementwise equation with a single real output shaped and typed like `root`, whose
-    inputs are constants or functions of `root` alone (see `eval_jaxpr_collapsed`)."""
+def _varying(x) -> bool:
+    return isinstance(x, Chain) or not x.is_constant
+
+
+def chain_root(eqn, values: Sequence):
+    """The one value whose function `eqn`'s varying inputs are, when `eqn` is an
+    elementwise link of it: one output shaped and typed like that root, every varying
+    input (the root or chains of it) shaped like it. None otherwise."""
     if len(eqn.outvars) != 1 or not _is_elementwise(eqn):
-        return False
-    x0 = root.primal
+        return None
+    varying = [x for x in values if _varying(x)]
+    roots = {id(r): r for r in (x.root if isinstance(x, Chain) else x for x in varying)}
+    if len(roots) != 1:
+        return None
+    (root,) = roots.values()
     out = eqn.outvars[0].aval
-    if not jnp.issubdtype(jnp.result_type(x0), jnp.floating):
-        return False  # complex: only holomorphic functions would be C-linear here
-    if jnp.shape(x0) != out.shape or jnp.result_type(x0) != out.dtype:
-        return False
-    return all(
-        jnp.shape(x.primal) == out.shape for x in xs if isinstance(x, _Chain) or not x.is_constant
-    )
+    if jnp.shape(root.primal) != out.shape or jnp.result_type(root.primal) != out.dtype:
+        return None
+    if any(jnp.shape(x.primal) != out.shape for x in varying):
+        return None
+    return root
 
 
 def _along_line(eqn, xs: Sequence[Collapsed], primal, order: int, weights, summed: bool):
@@ -388,8 +395,7 @@ def _product(x: Collapsed, y: Collapsed, primal, order: int, weights, summed: bo
     sum_{0<i<K} x_i y_{K-i}`, whose last sum is weighted over the directions.
     """
     x0, y0 = x.primal, y.primal
-    rows = min(x.rows + y.rows, order - 1) if x.rows and y.rows else max(x.rows, y.rows)
-    rows = min(rows, order - 1)
+    rows = min(x.rows + y.rows if x.rows and y.rows else max(x.rows, y.rows), order - 1)
 
     def coefficient(k):
         total = None
@@ -436,10 +442,10 @@ def _shifted_by_constant(eqn, xs: Sequence[Collapsed], primals) -> Collapsed | N
 
 def _fast_path(eqn, xs, primals, order, weights, summed) -> list[Collapsed] | None:
     """Linear maps, elementwise functions of a line and products, without the general rule."""
-    mask = _linear_mask(eqn.primitive, xs)
     shifted = _shifted_by_constant(eqn, xs, primals)
     if shifted is not None:
         return [shifted]
+    mask = _linear_mask(eqn.primitive, xs)
     if mask is not None:
         return _linear(eqn, xs, mask, primals, summed)
     if eqn.primitive is lax.mul_p and len(primals) == 1:
@@ -467,18 +473,127 @@ def _sub_jaxpr(eqn):
 
 
 @dataclasses.dataclass(frozen=True)
-class _Chain:
-    """A value that is an elementwise function of one collapsed value `root`, kept as its
-    derivatives in the root, point by point: `derivatives[k] = (d^k/dz^k y)/k!` (k = 1,
-    2). A run of elementwise equations then costs one composition along the line."""
+class Chain:
+    """A value that is an elementwise function of one value `root`, kept unexpanded:
+    `state` is what its interpreter expands it from (its derivatives in the root). A run
+    of elementwise equations then costs one composition with the root's coefficients."""
 
     primal: Array
-    root: Collapsed
-    derivatives: list
+    root: object
+    state: object
 
 
-def _expand(chain: _Chain, order: int, weights, summed: bool) -> Collapsed:
-    return _compose_line(chain.root, chain.derivatives, chain.primal, order, weights, summed)
+def eval_with_chains(jaxpr, consts, args, *, wrap, link, expand, apply) -> list:
+    """The interpreter of the multi-direction passes (this module's and the biharmonic's).
+
+    - `wrap(primal)`: a constant value;
+    - `link(eqn, values, only_elementwise_readers)`: a `Chain` continuing or starting an
+      elementwise chain, or None; `only_elementwise_readers(v)` says whether only
+      elementwise equations read `v` (so a chain through it stays one);
+    - `expand(chain)`: the value a chain stands for, where something else reads it;
+    - `apply(eqn, values, primals)`: the output values of any other equation.
+
+    Constant equations run on primals, and call-like equations (`jit`, `closed_call`,
+    `custom_vjp_call`, `checkpoint`) are interpreted inline.
+    """
+    env: dict = {}
+
+    def peek(v):
+        return wrap(v.val) if isinstance(v, _compat.Literal) else env[v]
+
+    def read(v):
+        value = peek(v)
+        if isinstance(value, Chain):
+            value = env[v] = expand(value)
+        return value
+
+    def write(v, value) -> None:
+        if not isinstance(v, _compat.DropVar):
+            env[v] = value
+
+    @functools.cache
+    def readers() -> dict:
+        found: dict = {}
+        for eqn in jaxpr.eqns:
+            for v in eqn.invars:
+                if not isinstance(v, _compat.Literal):
+                    found.setdefault(v, []).append(eqn)
+        for v in jaxpr.outvars:
+            if not isinstance(v, _compat.Literal):
+                found.setdefault(v, []).append(None)  # returned: not a chain link
+        return found
+
+    def only_elementwise_readers(v) -> bool:
+        found = readers().get(v)
+        return bool(found) and all(e is not None and _is_elementwise(e) for e in found)
+
+    for v, c in zip(jaxpr.constvars, consts, strict=True):
+        write(v, wrap(c))
+    for v, a in zip(jaxpr.invars, args, strict=True):
+        write(v, a)
+
+    for eqn in jaxpr.eqns:
+        values = [peek(v) for v in eqn.invars]
+        carries = [_carries_derivative(v.aval) for v in eqn.outvars]
+        if not any(carries) or not any(_varying(x) for x in values):
+            out = _compat.bind_equation(eqn, [x.primal for x in values])
+            outs = out if eqn.primitive.multiple_results else [out]
+            for v, o in zip(eqn.outvars, outs, strict=True):
+                write(v, wrap(o))
+            continue
+        chain = link(eqn, values, only_elementwise_readers)
+        if chain is not None:
+            write(eqn.outvars[0], chain)
+            continue
+        xs = [read(v) for v in eqn.invars]
+        sub = _sub_jaxpr(eqn)
+        if sub is not None:
+            callbacks = dict(wrap=wrap, link=link, expand=expand, apply=apply)
+            outs = eval_with_chains(sub[0], sub[1], xs, **callbacks)
+        else:
+            out = _compat.bind_equation(eqn, [x.primal for x in xs])
+            outs = apply(eqn, xs, list(out) if eqn.primitive.multiple_results else [out])
+        for v, o, carry in zip(eqn.outvars, outs, carries, strict=True):
+            write(v, o if carry else wrap(o.primal))
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _collapsed_link(eqn, values, only_elementwise_readers, order: int) -> Chain | None:
+    """At orders <= 2, continue (or start) an elementwise chain of a real value of degree
+    <= 1 per direction, with its derivatives in the root from `_link_derivatives`."""
+    if order > _JVP_MAX_ORDER:
+        return None
+    root = chain_root(eqn, values)
+    if root is None or root.rows > 1:
+        return None
+    if not jnp.issubdtype(jnp.result_type(root.primal), jnp.floating):
+        return None  # complex: only holomorphic functions would be C-linear here
+    if (
+        not any(isinstance(x, Chain) for x in values)
+        and _linear_mask(eqn.primitive, values) is not None
+        and not only_elementwise_readers(eqn.outvars[0])
+    ):
+        return None  # a linear map of a collapsed value costs nothing to apply as is
+    primals = [x.primal for x in values]
+    varying = [i for i, x in enumerate(values) if _varying(x)]
+    firsts, seconds = [], []
+    for i in varying:
+        x = values[i]
+        if isinstance(x, Chain):
+            firsts.append(x.state[1])
+            seconds.append(x.state[2] if order > 1 else None)
+        else:  # the root itself: z
+            firsts.append(jnp.ones_like(x.primal))
+            seconds.append(None)
+
+    def g(*us):
+        args = list(primals)
+        for i, u in zip(varying, us):
+            args[i] = u
+        return _bind_one(eqn, args)
+
+    derivatives = _link_derivatives(g, [primals[i] for i in varying], firsts, seconds, order)
+    return Chain(_bind_one(eqn, primals), root, derivatives)
 
 
 def eval_jaxpr_collapsed(
@@ -494,109 +609,23 @@ def eval_jaxpr_collapsed(
     `weights` (shape `(D,)`, None for all ones) weigh the directions in the summed top;
     with `summed=False` the top stays per direction and `weights` is unused.
     """
-    env: dict = {}
 
-    def peek(v):
-        return Collapsed(v.val) if isinstance(v, _compat.Literal) else env[v]
+    def expand(chain: Chain) -> Collapsed:
+        return _compose_line(chain.root, chain.state, chain.primal, order, weights, summed)
 
-    def read(v) -> Collapsed:
-        value = peek(v)
-        if isinstance(value, _Chain):
-            value = env[v] = _expand(value, order, weights, summed)
-        return value
+    def apply(eqn, xs, primals):
+        outs = _fast_path(eqn, xs, primals, order, weights, summed)
+        return _general(eqn, xs, primals, order, weights, summed) if outs is None else outs
 
-    readers: dict = {}
-    for eqn in jaxpr.eqns:
-        for v in eqn.invars:
-            if not isinstance(v, _compat.Literal):
-                readers.setdefault(v, []).append(eqn)
-    returned = {v for v in jaxpr.outvars if not isinstance(v, _compat.Literal)}
-
-    def feeds_chains(v) -> bool:
-        """Whether only elementwise equations read `v` (so a chain through it stays one)."""
-        found = readers.get(v)
-        return bool(found) and v not in returned and all(_is_elementwise(e) for e in found)
-
-    def extend(eqn) -> bool:
-        """At orders <= 2, continue an elementwise chain instead of expanding it."""
-        if order > _JVP_MAX_ORDER:
-            return False
-        values = [peek(v) for v in eqn.invars]
-        roots = {
-            id(x.root if isinstance(x, _Chain) else x): x.root if isinstance(x, _Chain) else x
-            for x in values
-            if isinstance(x, _Chain) or not x.is_constant
-        }
-        if len(roots) != 1:
-            return False
-        (root,) = roots.values()
-        if root.rows > 1 or not _chain_link(eqn, values, root):
-            return False
-        if (
-            not any(isinstance(x, _Chain) for x in values)
-            and _linear_mask(eqn.primitive, values) is not None
-            and not feeds_chains(eqn.outvars[0])
-        ):
-            return False  # a linear map of a collapsed value costs nothing to apply as is
-        primals = [x.primal for x in values]
-        varying = [i for i, x in enumerate(values) if isinstance(x, _Chain) or not x.is_constant]
-        firsts, seconds = [], []
-        for i in varying:
-            x = values[i]
-            if isinstance(x, _Chain):
-                firsts.append(x.derivatives[1])
-                seconds.append(x.derivatives[2] if order > 1 else None)
-            else:  # the root itself: z
-                firsts.append(jnp.ones_like(x.primal))
-                seconds.append(None)
-
-        def g(*us, eqn=eqn, primals=primals, varying=varying):
-            args = list(primals)
-            for i, u in zip(varying, us):
-                args[i] = u
-            return _bind_one(eqn, args)
-
-        derivatives = _link_derivatives(g, [primals[i] for i in varying], firsts, seconds, order)
-        write(eqn.outvars[0], _Chain(_bind_one(eqn, primals), root, derivatives))
-        return True
-
-    def write(v, value: Collapsed) -> None:
-        if not isinstance(v, _compat.DropVar):
-            env[v] = value
-
-    for v, c in zip(jaxpr.constvars, consts, strict=True):
-        write(v, Collapsed(c))
-    for v, a in zip(jaxpr.invars, args, strict=True):
-        write(v, a)
-
-    for eqn in jaxpr.eqns:
-        primitive = eqn.primitive
-        if not any(_carries_derivative(v.aval) for v in eqn.outvars) or all(
-            not isinstance(peek(v), _Chain) and peek(v).is_constant for v in eqn.invars
-        ):
-            out = _compat.bind_equation(eqn, [peek(v).primal for v in eqn.invars])
-            outs = out if primitive.multiple_results else [out]
-            for v, o in zip(eqn.outvars, outs, strict=True):
-                write(v, Collapsed(o))
-            continue
-        if extend(eqn):
-            continue
-        xs = [read(v) for v in eqn.invars]
-        sub = _sub_jaxpr(eqn)
-        if sub is not None:
-            outs = eval_jaxpr_collapsed(sub[0], sub[1], xs, order, weights, summed)
-        else:
-            out = _compat.bind_equation(eqn, [x.primal for x in xs])
-            primals = list(out) if primitive.multiple_results else [out]
-            outs = _fast_path(eqn, xs, primals, order, weights, summed)
-            if outs is None:
-                outs = _general(eqn, xs, primals, order, weights, summed)
-        for v, o in zip(eqn.outvars, outs, strict=True):
-            if not _carries_derivative(v.aval):
-                o = Collapsed(o.primal)
-            write(v, o)
-
-    return [read(v) for v in jaxpr.outvars]
+    return eval_with_chains(
+        jaxpr,
+        consts,
+        args,
+        wrap=Collapsed,
+        link=functools.partial(_collapsed_link, order=order),
+        expand=expand,
+        apply=apply,
+    )
 
 
 def seed(
