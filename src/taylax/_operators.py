@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import weakref
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 
@@ -315,16 +316,23 @@ def _check_matrix(m, shape, name: str, d: int) -> None:
 # --------------------------------------------------------------------------
 
 
+# Cached biharmonic programs whose trace met an equation without a rule there: later
+# calls go straight to nested Laplacians instead of tracing the pass again to fail.
+_UNSUPPORTED_PROGRAMS: weakref.WeakSet = weakref.WeakSet()
+
+
 def _exact_biharmonic(fun: Callable, x, args):
     """One symmetric-Hessian pass (`taylax._biharmonic`) where every equation has a rule
     there, else the Laplacian of the Laplacian."""
     closed, out_tree = _trace(lambda x, *args: fun(x, *args), (x, *args), "taylax.biharmonic")
     program, consts = _cached_program(closed, ("biharmonic",), fun, _biharmonic.program_of)
-    try:
-        outs = program(consts, x, jax.tree.leaves(args))
-    except _biharmonic.Unsupported:
-        return _exact_laplacian(_exact_laplacian(fun))(x, *args)
-    return jax.tree.unflatten(out_tree, outs)
+    if program not in _UNSUPPORTED_PROGRAMS:
+        try:
+            outs = program(consts, x, jax.tree.leaves(args))
+            return jax.tree.unflatten(out_tree, outs)
+        except _biharmonic.Unsupported:
+            _UNSUPPORTED_PROGRAMS.add(program)
+    return _exact_laplacian(_exact_laplacian(fun))(x, *args)
 
 
 def _exact_laplacian(fun: Callable) -> Callable:
