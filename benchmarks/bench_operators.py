@@ -305,6 +305,21 @@ def _ratio(ms: dict, other: str, ours: str = "taylax") -> str:
     return f"{ours / theirs:.2f}×"
 
 
+# The contenders of table (g)'s Laplacian-like rows, and those it gives ratios against.
+_COLUMNS = ("taylax", "folx", "jax.hessian", "hvp loop", "jet", "hand-fused")
+_RATIOS = ("folx", "hand-fused", "jax.hessian")
+
+
+def _laplacian_row(label: str, result: dict, absent=()) -> str:
+    """One row of table (g): times and ratios, blank for the contenders this row does not
+    run (`absent`), a dash for one that is missing or failed."""
+    ms = result["ms"]
+    times = ["" if n in absent else _fmt(ms.get(n)) for n in _COLUMNS]
+    ratios = ["" if n in absent else _ratio(ms, n) for n in _RATIOS]
+    cells = [label, result["dtype"], str(result["d"]), *times, *ratios]
+    return "| " + " | ".join(cells) + " |"
+
+
 def readme_summary(payload: dict) -> str:
     meta = payload["meta"]
     lines = [
@@ -317,30 +332,13 @@ def readme_summary(payload: dict) -> str:
         "hand-fused | taylax / folx | taylax / hand-fused | taylax / jax.hessian |",
         "|---|---|---:|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in payload["laplacian"]:
-        ms = r["ms"]
-        lines.append(
-            f"| Laplacian | {r['dtype']} | {r['d']} | {_fmt(ms['taylax'])} | "
-            f"{_fmt(ms.get('folx'))} | {_fmt(ms['jax.hessian'])} | {_fmt(ms['hvp loop'])} | "
-            f"{_fmt(ms['jet'])} | {_fmt(ms.get('hand-fused'))} | {_ratio(ms, 'folx')} | "
-            f"{_ratio(ms, 'hand-fused')} | {_ratio(ms, 'jax.hessian')} |"
-        )
-    for r in payload.get("residual", []):
-        ms = r["ms"]
-        lines.append(
-            f"| Laplacian, residual softplus/gelu net | {r['dtype']} | {r['d']} | "
-            f"{_fmt(ms['taylax'])} | {_fmt(ms.get('folx'))} | {_fmt(ms['jax.hessian'])} | "
-            f"{_fmt(ms['hvp loop'])} | {_fmt(ms['jet'])} | | {_ratio(ms, 'folx')} | | "
-            f"{_ratio(ms, 'jax.hessian')} |"
-        )
-    for r in payload["grad"]:
-        ms = r["ms"]
-        lines.append(
-            f"| grad of mean Laplacian² | {r['dtype']} | {r['d']} | {_fmt(ms['taylax'])} | "
-            f"{_fmt(ms.get('folx'))} | {_fmt(ms['jax.hessian'])} | | | "
-            f"{_fmt(ms.get('hand-fused'))} | {_ratio(ms, 'folx')} | "
-            f"{_ratio(ms, 'hand-fused')} | {_ratio(ms, 'jax.hessian')} |"
-        )
+    rows = [
+        ("Laplacian", payload["laplacian"], ()),
+        ("Laplacian, residual softplus/gelu net", payload.get("residual", []), ("hand-fused",)),
+        ("grad of mean Laplacian²", payload["grad"], ("hvp loop", "jet")),
+    ]
+    for label, results, absent in rows:
+        lines += [_laplacian_row(label, r, absent) for r in results]
     if payload["biharmonic"]:
         lines += [
             "",
