@@ -36,7 +36,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _compat
-from ._collapsed import Chain, _linear_mask, _map_linear, _rule, chain_root, eval_with_chains
+from ._collapsed import (
+    Chain,
+    _linear_mask,
+    _map_linear,
+    _rule,
+    chain_root,
+    eval_with_chains,
+    top_or_zeros,
+)
 from ._series import Series
 
 Array = jax.Array
@@ -204,13 +212,9 @@ def program_of(jaxpr):
     def program(consts, x, arg_leaves):
         inputs = [seed(x)] + [Jet4(a) for a in arg_leaves]
         outs = eval_jaxpr_biharmonic(jaxpr, consts, inputs)
-        result = []
-        for o, v in zip(outs, jaxpr.outvars):
-            aval = v.aval
-            if o.is_constant or not jnp.issubdtype(aval.dtype, jnp.inexact):
-                result.append(jnp.zeros(aval.shape, aval.dtype))
-            else:
-                result.append(jnp.broadcast_to(o.parts[3].astype(aval.dtype), aval.shape))
-        return result
+        return [
+            top_or_zeros(None if o.is_constant else o.parts[3], v.aval, v.aval.shape)
+            for o, v in zip(outs, jaxpr.outvars)
+        ]
 
     return program

@@ -628,6 +628,14 @@ def eval_jaxpr_collapsed(
     )
 
 
+def top_or_zeros(top: Array | None, aval, shape) -> Array:
+    """An output's top quantity broadcast to `shape` in the output's dtype, or zeros where
+    the output is constant or not inexact (its derivatives are zero, as jax.jacfwd has)."""
+    if top is None or not jnp.issubdtype(aval.dtype, jnp.inexact):
+        return jnp.zeros(shape, aval.dtype)
+    return jnp.broadcast_to(top.astype(aval.dtype), shape)
+
+
 def seed(
     x: Array, directions: Array, order: int, weights: Array | None = None, summed: bool = True
 ) -> Collapsed:

@@ -35,7 +35,7 @@ import numpy as np
 
 from . import _biharmonic
 from ._api import _cached_program, _trace
-from ._collapsed import Collapsed, eval_jaxpr_collapsed, seed
+from ._collapsed import Collapsed, eval_jaxpr_collapsed, seed, top_or_zeros
 
 Array = jax.Array
 
@@ -75,11 +75,8 @@ def _collapsed_program(order: int, summed: bool, weighted: bool):
                 aval = v.aval
                 primal = jnp.broadcast_to(jnp.asarray(o.primal, aval.dtype), aval.shape)
                 shape = aval.shape if summed else (count, *aval.shape)
-                top = o.top
-                if top is None or not jnp.issubdtype(aval.dtype, np.inexact):
-                    top = jnp.zeros(shape, aval.dtype)
                 primals.append(primal)
-                tops.append(jnp.broadcast_to(top, shape))
+                tops.append(top_or_zeros(o.top, aval, shape))
             return primals, tops
 
         return program
