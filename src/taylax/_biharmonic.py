@@ -35,9 +35,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat
 from ._collapsed import (
     Chain,
+    _bind_one,
     _linear_mask,
     _map_linear,
     _rule,
@@ -163,8 +163,7 @@ def _link(eqn, values, only_elementwise_readers) -> Chain | None:
             one, zero = jnp.ones_like(x.primal), jnp.zeros_like(x.primal)
             series.append(Series(jnp.stack([x.primal, one, zero, zero, zero])))
     (y,) = _rule(eqn)(_ORDER, *series)
-    primal = _compat.bind_equation(eqn, [x.primal for x in values])
-    return Chain(primal[0] if eqn.primitive.multiple_results else primal, root, y)
+    return Chain(_bind_one(eqn, [x.primal for x in values]), root, y)
 
 
 def _linear(eqn, xs: Sequence[Jet4], mask, primals) -> list[Jet4]:
