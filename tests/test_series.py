@@ -12,12 +12,14 @@ import re
 import jax
 import jax.numpy as jnp
 import jax.scipy.special as jsp
+import mpmath
 import numpy as np
 import pytest
 
 import taylax
 from reference import assert_series_close, nested_jvp_derivatives
 from taylax import _series as ks
+from taylax._count import count_equations
 
 
 def inner(x):
@@ -91,6 +93,42 @@ LOOP_CASES = ("exp", "sin", "tanh", "log", "sqrt", "pow_2.5", "reciprocal", "div
 def test_rule_on_full_series_through_loops(name, monkeypatch):
     monkeypatch.setattr(ks, "UNROLL_MAX_ORDER", 0)
     check_full_series(name, 5)
+
+
+# Inputs that are low-degree polynomials in the seed run their recurrences unrolled up to
+# `UNROLL_LOW_DEGREE_MAX_ORDER` (and as loops above it). Nested jvp cannot reach these
+# orders; the references are mpmath's Taylor coefficients in 60-digit arithmetic.
+LOW_DEGREE = {
+    "exp(-t^2/2)": (lambda t: jnp.exp(-(t**2) / 2), lambda t: mpmath.exp(-(t**2) / 2)),
+    "1/(1+t^2)": (lambda t: 1 / (1 + t**2), lambda t: 1 / (1 + t**2)),
+    "cos(3t)/(1+t^2)": (
+        lambda t: jnp.cos(3 * t) / (1 + t**2),
+        lambda t: mpmath.cos(3 * t) / (1 + t**2),
+    ),
+    "sqrt(1+t^2)": (lambda t: jnp.sqrt(1 + t**2), lambda t: mpmath.sqrt(1 + t**2)),
+    "sin(t^2)": (lambda t: jnp.sin(t**2), lambda t: mpmath.sin(t**2)),
+    "sqrt(1+t^2) exp(sin t)": (
+        lambda t: jnp.sqrt(1 + t**2) * jnp.exp(jnp.sin(t)),
+        lambda t: mpmath.sqrt(1 + t**2) * mpmath.exp(mpmath.sin(t)),
+    ),
+}
+
+
+@pytest.mark.parametrize("order", [12, 32, 40])
+@pytest.mark.parametrize("name", sorted(LOW_DEGREE))
+def test_low_degree_recurrences_match_mpmath(name, order):
+    f, exact = LOW_DEGREE[name]
+    with mpmath.workdps(60):
+        for x0 in (0.7, -1.3):
+            primal, coeffs = taylax.taylor(f, order)(x0, 1.0)
+            series = mpmath.taylor(exact, mpmath.mpf(x0), order)
+            np.testing.assert_allclose(primal, float(series[0]), rtol=1e-15)
+            want = [float(c) for c in series[1:]]
+            # Relative to the largest coefficient so far: the products and recurrences
+            # cancel terms of that size (measured: at most 5e-16).
+            for k in range(order):
+                scale = max(abs(w) for w in want[: k + 1])
+                assert abs(float(coeffs[k]) - want[k]) <= 1e-14 * scale, (x0, k + 1)
 
 
 def test_chunked_path_matches_unchunked():
@@ -181,6 +219,26 @@ def test_batched_chain_has_no_loops_tables_or_pow():
     for opcode in ("power", "reduce-window", "dot", "gather", "scatter"):
         assert _count_ops(hlo, opcode) == 0, opcode
     assert f"[256,{order + 1},{order + 1}]" not in hlo
+
+
+def test_low_degree_recurrences_run_unrolled_and_grow_linearly():
+    # Above `UNROLL_MAX_ORDER`, recurrences whose known factor is a low-degree polynomial in
+    # the seed (exp(-t^2/2), 1/(1 + t^2)) still run unrolled: no while loop, and the program
+    # grows by the same number of equations per order (min(k, degree) terms per row).
+    order = 2 * ks.UNROLL_MAX_ORDER
+    t = jnp.linspace(0.5, 1.5, 256)
+    hlo = _compiled_module(jax.vmap(taylax.derivatives(damped_wave, order)), t)
+    assert "while" not in hlo
+    counts = {
+        k: count_equations(jax.make_jaxpr(taylax.derivatives(damped_wave, k))(0.3))
+        for k in (16, 24, ks.UNROLL_LOW_DEGREE_MAX_ORDER)
+    }
+    assert ks.UNROLL_LOW_DEGREE_MAX_ORDER == 32
+    assert counts[32] - counts[24] == counts[24] - counts[16], counts
+    # Past `UNROLL_LOW_DEGREE_MAX_ORDER` the loops take over again (XLA's compile time grows
+    # faster than the unrolled program).
+    looped = jax.make_jaxpr(taylax.derivatives(damped_wave, ks.UNROLL_LOW_DEGREE_MAX_ORDER + 1))
+    assert taylax.equation_counts(looped(0.3)).get("scan", 0) > 0
 
 
 def test_transcendentals_are_computed_once_per_element():

@@ -483,10 +483,21 @@ def push_window(source: Array, m, order: int, offset: int) -> Array:
 # computed once per element (a loop sweeps the whole stacked state once per step).
 # Above it, the loop: unrolled pull form emits O(order^2) equations.
 UNROLL_MAX_ORDER = 8
+# ... and up to this order when the series that multiplies the unknown has at most
+# `UNROLL_MAX_DEGREE` (a polynomial in the seed: exp(-t^2), 1/(1 + t^2), sqrt(1 + t^2)).
+# Coefficient k then sums min(k, degree) terms: the program grows linearly in the
+# order, and runs 2-3x faster than the loop at orders 16-32 (N = 65,536, float64).
+# Past it XLA's compile time grows faster than the program (3.7 s at order 48).
+UNROLL_MAX_DEGREE = 4
+UNROLL_LOW_DEGREE_MAX_ORDER = 32
 
 
-def unrolled(order: int) -> bool:
-    return order <= UNROLL_MAX_ORDER
+def unrolled(order: int, degree: int | None = None) -> bool:
+    """Whether a recurrence of `order` whose known factor has `degree` runs unrolled."""
+    if order <= UNROLL_MAX_ORDER:
+        return True
+    low = degree is not None and degree <= UNROLL_MAX_DEGREE
+    return low and order <= UNROLL_LOW_DEGREE_MAX_ORDER
 
 
 def _rows(c: Array, count: int) -> list[Array]:
@@ -516,12 +527,30 @@ def _stack_rows(rows: list[Array], shape, dtype) -> Array:
     return jnp.stack([jnp.broadcast_to(jnp.asarray(r, dtype), shape) for r in rows])
 
 
+def _select_rows(rows: list[Array], shape, dtype) -> Array:
+    """Stack rows by selects on the coefficient index, for a product with a closed form.
+
+    Under `vmap`, `jnp.stack` of rows puts the coefficient axis first in memory, while
+    closed forms (broadcasts of per-point values) keep the batch axis first; a product
+    of the two layouts reads one of them transposed. Selects keep the batch axis first:
+    1/(1 + t^2) times a closed form ran 1.35-1.55x faster at orders 16-32 (N = 65,536).
+    """
+    full = (len(rows),) + tuple(shape)
+    index = lax.broadcasted_iota(np.int32, full, 0)
+    dims = tuple(range(1, len(full)))
+    out = None
+    for k, r in enumerate(rows):
+        row = lax.broadcast_in_dim(jnp.broadcast_to(jnp.asarray(r, dtype), shape), full, dims)
+        out = row if out is None else lax.select(index == k, row, out)
+    return out
+
+
 def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array]:
     """Solve `Y' = x' (M Y)` for a small constant matrix `M` (exp, sin/cos, sinh/cosh).
 
     `k y_k = sum_{m<k} u_{k-1-m} (M y)_m` with `u = x'`.
     """
-    if unrolled(order):
+    if unrolled(order, degree_of(x)):
         return _linear_ode_unrolled(x, y0s, matrix, order)
     x = pad_degree(x, order)
     dtype = jnp.result_type(x, *y0s)
@@ -592,21 +621,18 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
     a, b = lift(a, ndim), lift(b, ndim)
     shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
     dtype = jnp.result_type(a, b)
-    if unrolled(order):
-        a_rows = _rows(a.astype(dtype), order + 1)
-        b_rows = _rows(b.astype(dtype), order + 1)
-        q = [a_rows[0] / b_rows[0] if q0 is None else jnp.asarray(q0, dtype)]
-        one = opaque_one(b_rows[0])
-        for k in range(1, order + 1):
-            known = _dot_rows((b_rows[j], q[k - j]) for j in range(1, k + 1))
-            top = a_rows[k]
-            if known is not None:
-                top = -known if top is None else top - known
-            if top is None:
-                q.append(jnp.zeros(shape, dtype))
-                continue
-            q.append(computed_once(top / b_rows[0], one))
-        return _stack_rows(q, shape, dtype)
+    if order > UNROLL_MAX_ORDER and unrolled(order, degree_of(b)) and degree_of(a) > degree_of(b):
+        # Row k of the recurrence reads a_k: under vmap a column of the stacked `a`, one
+        # pass over all of it per row. `a * (1/b)` reads `a` once: the reciprocal's rows
+        # come from b's few coefficients, the product is one kernel over both stacks
+        # (`a` computed once first, or XLA recomputes its producer per term).
+        b0 = lax.index_in_dim(b, 0, keepdims=False).astype(dtype)
+        reciprocal = _divide_rows(jnp.ones((1,) + shape, dtype), b, order, None, shape, dtype)
+        a = computed_once(a.astype(dtype), opaque_one(b0))
+        q = cauchy(a, _select_rows(reciprocal, shape, dtype), order)
+        return with_primal(q, lax.index_in_dim(a, 0, keepdims=False) / b0 if q0 is None else q0)
+    if unrolled(order, degree_of(b)):
+        return _stack_rows(_divide_rows(a, b, order, q0, shape, dtype), shape, dtype)
     a = jnp.broadcast_to(pad_degree(a, order), (order + 1,) + shape).astype(dtype)
     b = jnp.broadcast_to(pad_degree(b, order), (order + 1,) + shape).astype(dtype)
     b0 = b[0]
@@ -621,6 +647,24 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
     return fori(order, body, (q, jnp.zeros_like(q)))[0]
 
 
+def _divide_rows(a: Array, b: Array, order: int, q0, shape, dtype) -> list[Array]:
+    """The rows of `a / b`, unrolled: `q_k = (a_k - sum_{j=1..k} b_j q_{k-j}) / b_0`."""
+    a_rows = _rows(a.astype(dtype), order + 1)
+    b_rows = _rows(b.astype(dtype), order + 1)
+    q = [a_rows[0] / b_rows[0] if q0 is None else jnp.asarray(q0, dtype)]
+    one = opaque_one(b_rows[0])
+    for k in range(1, order + 1):
+        known = _dot_rows((b_rows[j], q[k - j]) for j in range(1, k + 1))
+        top = a_rows[k]
+        if known is not None:
+            top = -known if top is None else top - known
+        if top is None:
+            q.append(jnp.zeros(shape, dtype))
+            continue
+        q.append(computed_once(top / b_rows[0], one))
+    return q
+
+
 def power(x: Array, p, y0: Array, order: int) -> Array:
     """`y = x ** p` for an exponent `p` without a series, by the recurrence
 
@@ -630,7 +674,7 @@ def power(x: Array, p, y0: Array, order: int) -> Array:
     """
     dtype = jnp.result_type(x, y0)
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(y0), jnp.shape(p))
-    if unrolled(order):
+    if unrolled(order, degree_of(x)):
         xs = _rows(x.astype(dtype), order + 1)
         x0 = jnp.asarray(xs[0], dtype)
         ys = [jnp.asarray(y0, dtype)]
