@@ -42,6 +42,14 @@ def test_packed_bands_match_dense_algebra(d):
     g = rng.normal(size=d)
     np.testing.assert_allclose(_biharmonic._hessian_times(_packed(full), g), full @ g, rtol=1e-13)
     np.testing.assert_allclose(_biharmonic._outer(g), _packed(np.outer(g, g)), rtol=1e-15)
+    b = rng.normal(size=d)
+    both = np.outer(g, b) + np.outer(b, g)
+    np.testing.assert_allclose(_biharmonic._symmetric_outer(g, b), _packed(both), rtol=1e-14)
+    k = rng.normal(size=(d, d))
+    other = k + k.T
+    np.testing.assert_allclose(
+        _biharmonic._frobenius(_packed(full), _packed(other), d), np.sum(full * other), rtol=1e-13
+    )
 
 
 @pytest.mark.parametrize("name", ["tanh_mlp", "residual_softplus_gelu", "scalar_input"])
@@ -55,12 +63,33 @@ def test_symmetric_pass_matches_nested_hessian(name):
     np.testing.assert_allclose(taylax.biharmonic(f)(x), expected, rtol=1e-10)
 
 
-def test_products_of_different_values_fall_back_to_nested_laplacians():
+_W1 = np.random.default_rng(2).normal(size=(4, 6))
+_W2 = np.random.default_rng(3).normal(size=(4, 6))
+PRODUCTS = {
+    "sin(x0) exp(x1 x2)": lambda x: jnp.sin(x[0]) * jnp.exp(x[1] * x[2]) + jnp.sum(x**4),
+    "x0 x1 / (1 + x2^2 + x3^2)": lambda x: x[0] * x[1] / (1 + x[2] ** 2 + x[3] ** 2),
+    "tanh(x W1) sin(x W2)": lambda x: jnp.sum(jnp.tanh(x @ _W1) * jnp.sin(x @ _W2)),
+    "tanh(x W1) / (2 + cos(x W2))": lambda x: jnp.sum(jnp.tanh(x @ _W1) / (2 + jnp.cos(x @ _W2))),
+    "nested products and a quotient": lambda x: (
+        jnp.sum((x * jnp.exp(-x)) * x[::-1] ** 3) / (1 + jnp.sum(x**2))
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+def test_products_and_quotients_of_two_values_run_in_the_pass(name):
+    f = PRODUCTS[name]
+    x = jnp.asarray([0.3, -0.5, 0.8, 0.1])
+    expected = _nested_hessian_biharmonic(f, x)
+    np.testing.assert_allclose(_symmetric_pass(f, x), expected, rtol=1e-12)
+
+
+def test_control_flow_falls_back_to_nested_laplacians():
     def f(x):
-        return jnp.sin(x[0]) * jnp.exp(x[1] * x[2]) + jnp.sum(x**4)
+        return jax.lax.cond(x[0] > 0, jnp.sin, jnp.cos, x[1] * x[2]) + jnp.sum(x**4)
 
     x = jnp.asarray([0.3, -0.5, 0.8])
-    with pytest.raises(_biharmonic.Unsupported, match="mul"):
+    with pytest.raises(_biharmonic.Unsupported, match="cond"):
         _symmetric_pass(f, x)
     expected = _nested_hessian_biharmonic(f, x)
     np.testing.assert_allclose(taylax.biharmonic(f)(x), expected, rtol=1e-10)

@@ -20,8 +20,16 @@ Linear maps apply to each of them. An elementwise `y = phi(z)`, with `s = |g|^2`
 
 A run of elementwise equations on one value (gelu, `x * sigmoid(x)`) is one `phi`:
 its Taylor series in that value, link by link through the engine's own rules, point
-by point. Anything else (a product of two different values, control flow) raises
-`Unsupported`, and the caller falls back to nested Laplacians.
+by point. A product of two different values follows Leibniz's rule (with
+`<A, B> = sum_ab A_ab B_ab`):
+
+    g_z = x g_y + y g_x,      H_z = x H_y + y H_x + g_x g_y^T + g_y g_x^T,
+    T_z = x T_y + y T_x + L_y g_x + L_x g_y + 2 (H_x g_y + H_y g_x),
+    Q_z = x Q_y + y Q_x + 2 L_x L_y + 4 (g_x . T_y + g_y . T_x) + 4 <H_x, H_y>,
+
+and a quotient is the product with `1/y` (an elementwise `phi`). Anything else
+(control flow, other bilinear maps of two values) raises `Unsupported`, and the
+caller falls back to nested Laplacians.
 """
 
 from __future__ import annotations
@@ -106,6 +114,20 @@ def _outer(g: Array) -> Array:
     return jnp.concatenate([g[: d - k] * g[k:] for k in range(d)], 0)
 
 
+def _symmetric_outer(a: Array, b: Array) -> Array:
+    """`a b^T + b a^T` packed: band k is `a_i b_{i+k} + b_i a_{i+k}`."""
+    d = a.shape[0]
+    return jnp.concatenate([a[: d - k] * b[k:] + b[: d - k] * a[k:] for k in range(d)], 0)
+
+
+def _frobenius(h: Array, k: Array, d: int) -> Array:
+    """`<H, K> = sum_ab H_ab K_ab` of two packed symmetric matrices: the main diagonal
+    once, the other bands twice."""
+    if h is k:
+        return jnp.sum(jnp.square(h[:d]), 0) + 2 * jnp.sum(jnp.square(h[d:]), 0)
+    return jnp.sum(h[:d] * k[:d], 0) + 2 * jnp.sum(h[d:] * k[d:], 0)
+
+
 def _dot(a: Array, b: Array) -> Array:
     """`sum_a a_a b_a` over the leading axis."""
     return jnp.sum(a * b, 0)
@@ -119,9 +141,9 @@ def _apply(x: Jet4, phi: Sequence[Array], primal) -> Jet4:
     s = _dot(g, g)
     trace = jnp.sum(_band(h, d, 0), 0)
     u = _dot(g, hg)
-    # ||H||_F^2: the main diagonal once, the other bands twice (a reduction over the
-    # leading axis; a tensordot with the weights made XLA transpose `h` for a dot).
-    frobenius = jnp.sum(jnp.square(h[:d]), 0) + 2 * jnp.sum(jnp.square(h[d:]), 0)
+    # A reduction over the leading axis: a tensordot with the band weights made XLA
+    # transpose `h` for a dot.
+    frobenius = _frobenius(h, h, d)
     p1, p2, p3, p4 = phi
     g_y = p1 * g
     h_y = p1 * h + p2 * _outer(g)
@@ -133,6 +155,37 @@ def _apply(x: Jet4, phi: Sequence[Array], primal) -> Jet4:
         + p4 * s * s
     )
     return Jet4(primal, (g_y, h_y, t_y, q_y))
+
+
+def _product(x: Jet4, y: Jet4, primal) -> Jet4:
+    """`x * y` of two values with biharmonic parts, by Leibniz's rule (module docstring)."""
+    (gx, hx, tx, qx), (gy, hy, ty, qy) = x.parts, y.parts
+    d = gx.shape[0]
+    lx, ly = jnp.sum(_band(hx, d, 0), 0), jnp.sum(_band(hy, d, 0), 0)
+    g = x.primal * gy + y.primal * gx
+    h = x.primal * hy + y.primal * hx + _symmetric_outer(gx, gy)
+    t = (
+        x.primal * ty
+        + y.primal * tx
+        + ly * gx
+        + lx * gy
+        + 2 * (_hessian_times(hx, gy) + _hessian_times(hy, gx))
+    )
+    q = (
+        x.primal * qy
+        + y.primal * qx
+        + 2 * lx * ly
+        + 4 * (_dot(gx, ty) + _dot(gy, tx))
+        + 4 * _frobenius(hx, hy, d)
+    )
+    return Jet4(primal, (g, h, t, q))
+
+
+def _reciprocal(y: Jet4) -> Jet4:
+    """`1 / y`: `phi_k = (-1)^k k! / y^(k+1)`."""
+    inverse = 1 / y.primal
+    phi = [(-1) ** k * math.factorial(k) * inverse ** (k + 1) for k in range(1, 5)]
+    return _apply(y, phi, inverse)
 
 
 def _expand(chain: Chain) -> Jet4:
@@ -181,17 +234,24 @@ def _linear(eqn, xs: Sequence[Jet4], mask, primals) -> list[Jet4]:
     return [Jet4(p, (g, h, t, q[0])) for p, g, h, t, q in zip(primals, *mapped)]
 
 
-def _apply_linear(eqn, xs: Sequence[Jet4], primals) -> list[Jet4]:
+def _apply_equation(eqn, xs: Sequence[Jet4], primals) -> list[Jet4]:
+    """A linear map, or a product or quotient of two values; `Unsupported` otherwise."""
     mask = _linear_mask(eqn.primitive, xs)
-    if mask is None:
-        raise Unsupported(eqn.primitive.name)
-    return _linear(eqn, xs, mask, primals)
+    if mask is not None:
+        return _linear(eqn, xs, mask, primals)
+    name = eqn.primitive.name
+    both = len(xs) == 2 and not any(x.is_constant for x in xs)
+    # lax's binary operators take equal shapes (jnp broadcasts before them).
+    if both and name in ("mul", "div") and xs[0].primal.shape == xs[1].primal.shape:
+        x, y = xs
+        return [_product(x, y if name == "mul" else _reciprocal(y), primals[0])]
+    raise Unsupported(name)
 
 
 def eval_jaxpr_biharmonic(jaxpr, consts, args: Sequence[Jet4]) -> list[Jet4]:
     """Evaluate `jaxpr` on `Jet4` inputs; raise `Unsupported` where no rule applies."""
     return eval_with_chains(
-        jaxpr, consts, args, wrap=Jet4, link=_link, expand=_expand, apply=_apply_linear
+        jaxpr, consts, args, wrap=Jet4, link=_link, expand=_expand, apply=_apply_equation
     )
 
 

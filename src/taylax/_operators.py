@@ -357,10 +357,11 @@ def biharmonic(fun: Callable, *, key=None, samples: int | None = None):
 
     Exact evaluation is one forward pass in which every value carries its gradient,
     its Hessian packed to `d (d+1) / 2` entries, `grad Delta` and `Delta^2`: half the
-    `d^2` mixed derivatives that nested forward Laplacians carry. Linear maps and
-    elementwise functions (runs of them composed once) have rules there; a program
-    with anything else (a product of two different values, control flow) is evaluated
-    as `Delta (Delta f)`, a collapsed Laplacian pass over the program of another.
+    `d^2` mixed derivatives that nested forward Laplacians carry. Linear maps,
+    elementwise functions (runs of them composed once) and products and quotients of
+    two values have rules there; a program with anything else (control flow, other
+    bilinear maps of two values) is evaluated as `Delta (Delta f)`, a collapsed
+    Laplacian pass over the program of another.
     The estimator's variance per sample is `(E[D^4 f[v]^2] - 9 (Delta^2 f)^2) / 9`.
 
     !!! Example
