@@ -7,10 +7,12 @@ be zero. Constants have `d = 0` (and are stored unstacked), a seed `x + s v`
 has `d = 1`; products add degrees. This static knowledge is what makes
 constants and seeds cost nothing extra.
 
-The kernels below work on stacked arrays. None of them unrolls over the order:
-products are one gather and one contraction, and the recurrences that define
-nonlinear functions run as one `lax.fori_loop` over `k`, so the number of
-equations emitted does not grow with `K`.
+The kernels below work on stacked arrays. Products are shifted sums (a few
+equations per coefficient of the lower-degree factor). The recurrences that define
+nonlinear functions run unrolled at small orders, and at orders up to 32 where the
+known factor has a low degree (a few terms per coefficient), and as one
+`lax.fori_loop` over `k` above: the number of equations grows at most linearly
+with `K`.
 """
 
 from __future__ import annotations
