@@ -88,6 +88,11 @@ def _band(h: Array, d: int, k: int) -> Array:
     return h[offsets[k] : offsets[k + 1]]
 
 
+def _trace(h: Array, d: int) -> Array:
+    """`tr H` (the Laplacian) of a packed Hessian: the sum of its main diagonal."""
+    return jnp.sum(_band(h, d, 0), 0)
+
+
 def _shifted(a: Array, before: int, after: int) -> Array:
     """`a` zero-padded along its leading axis."""
     pad = [(before, after, 0)] + [(0, 0, 0)] * (a.ndim - 1)
@@ -139,7 +144,7 @@ def _apply(x: Jet4, phi: Sequence[Array], primal) -> Jet4:
     d = g.shape[0]
     hg = _hessian_times(h, g)
     s = _dot(g, g)
-    trace = jnp.sum(_band(h, d, 0), 0)
+    trace = _trace(h, d)
     u = _dot(g, hg)
     # A reduction over the leading axis: a tensordot with the band weights made XLA
     # transpose `h` for a dot.
@@ -161,7 +166,7 @@ def _product(x: Jet4, y: Jet4, primal) -> Jet4:
     """`x * y` of two values with biharmonic parts, by Leibniz's rule (module docstring)."""
     (gx, hx, tx, qx), (gy, hy, ty, qy) = x.parts, y.parts
     d = gx.shape[0]
-    lx, ly = jnp.sum(_band(hx, d, 0), 0), jnp.sum(_band(hy, d, 0), 0)
+    lx, ly = _trace(hx, d), _trace(hy, d)
     g = x.primal * gy + y.primal * gx
     h = x.primal * hy + y.primal * hx + _symmetric_outer(gx, gy)
     t = (
