@@ -142,17 +142,18 @@ def test_complex_input_real_parameter():
 
 
 def test_equations_grow_at_most_linearly_with_order():
-    # Recurrences run unrolled up to a small order and as loops above it; products are
-    # shifted sums with a few equations per coefficient: linear in the order, never
-    # quadratic (the order-100 program is a few equations longer than the order-40 one).
+    # Recurrences run unrolled up to a small order and by blocks of rows in a loop above
+    # it; products are shifted sums with a few equations per coefficient: linear in the
+    # order, never quadratic. The switch to blocks adds the block body once (a constant,
+    # about the size of the order-10 program); past it the program is flat.
     counts = {
         k: count_equations(jax.make_jaxpr(lambda x, k=k: taylax.taylor(f_scalar, k)(x, 1.0))(1.1))
-        for k in (10, 40, 100)
+        for k in (10, 40, 70, 100)
     }
-    per_order_late = (counts[100] - counts[40]) / 60
+    per_order_late = (counts[100] - counts[70]) / 30
     per_order_early = (counts[40] - counts[10]) / 30
     assert per_order_late <= max(per_order_early, 1.0), counts
-    assert counts[100] <= 2 * counts[10], counts
+    assert counts[100] <= counts[40] + 2 * counts[10], counts
     # Past order 57 in float64, `derivatives` adds an unscaled pass (README: "High orders
     # in every dtype"): two passes and the merge, nothing that grows faster.
     both = count_equations(jax.make_jaxpr(taylax.derivatives(f_scalar, 100))(1.1))

@@ -395,18 +395,20 @@ def test_rk4_pytree_input_matches_packed():
 
 
 def test_rk4_program_size():
+    # The loop body is traced once: the program does not depend on the number of steps.
+    # Above the unrolled orders the recurrences (sin of a full series) run by blocks of
+    # rows, so the program is nearly flat in the order (a few equations per order).
     x = jnp.asarray(RK4_X)
     v = jnp.array([0.7, -0.3, 1.0])
     counts = {
         (steps, order): count_equations(
             jax.make_jaxpr(taylax.derivatives(_rk4_packed(steps), order))(x, v)
         )
-        for steps in (100, 1000)
-        for order in (4, 16)
+        for steps, order in [(100, 4), (1000, 4), (100, 16), (1000, 16), (100, 40)]
     }
     for order in (4, 16):
         assert counts[100, order] == counts[1000, order], counts
-    assert abs(counts[100, 16] - counts[100, 4]) <= 0.2 * counts[100, 4], counts
+    assert counts[100, 40] - counts[100, 16] <= 2 * (40 - 16), counts
 
 
 # ---- host callbacks -----------------------------------------------------------------------------

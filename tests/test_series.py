@@ -131,6 +131,54 @@ def test_low_degree_recurrences_match_mpmath(name, order):
                 assert abs(float(coeffs[k]) - want[k]) <= 1e-14 * scale, (x0, k + 1)
 
 
+# Full-degree inputs (a function of sin t) run their recurrences above the unrolled orders
+# by blocks of `ks.RECURRENCE_BLOCK` rows: division, powers, exp and tanh (exp and a
+# division there). Orders 12 and 33 end inside a block, 40 on a block boundary.
+FULL_DEGREE = {
+    "exp(sin t)": (lambda t: jnp.exp(jnp.sin(t)), lambda t: mpmath.exp(mpmath.sin(t))),
+    "1/(2+sin t)": (lambda t: 1 / (2 + jnp.sin(t)), lambda t: 1 / (2 + mpmath.sin(t))),
+    "(2+sin t)^2.5": (lambda t: (2 + jnp.sin(t)) ** 2.5, lambda t: (2 + mpmath.sin(t)) ** 2.5),
+    "tanh(sin t)": (lambda t: jnp.tanh(jnp.sin(t)), lambda t: mpmath.tanh(mpmath.sin(t))),
+}
+
+
+@pytest.mark.parametrize("order", [12, 33, 40])
+@pytest.mark.parametrize("name", sorted(FULL_DEGREE))
+def test_blocked_recurrences_match_mpmath(name, order):
+    f, exact = FULL_DEGREE[name]
+    with mpmath.workdps(60):
+        x0 = 0.7
+        primal, coeffs = taylax.taylor(f, order)(x0, 1.0)
+        series = mpmath.taylor(exact, mpmath.mpf(x0), order)
+        np.testing.assert_allclose(primal, float(series[0]), rtol=1e-15)
+        want = [float(c) for c in series[1:]]
+        # Relative to the largest coefficient so far, as above (measured: at most 4e-16).
+        for k in range(order):
+            scale = max(abs(w) for w in want[: k + 1])
+            assert abs(float(coeffs[k]) - want[k]) <= 1e-14 * scale, k + 1
+
+
+@pytest.mark.parametrize("order", [1, 2, 4, 7])
+def test_blocked_recurrences_at_every_block_offset(order, monkeypatch):
+    # Forced through the blocks at small orders: the last block ends at, before or past
+    # the order, against nested jvp (rows past the order are computed and dropped).
+    monkeypatch.setattr(ks, "UNROLL_MAX_ORDER", 0)
+    for name in ("exp", "div", "pow_2.5", "reciprocal"):
+        check_full_series(name, order)
+
+
+def test_blocked_recurrence_is_reverse_differentiable_and_flat_in_the_order():
+    # d/dt of the 12th derivative is the 13th: reverse mode through the block loop.
+    def f(t):
+        return jnp.exp(jnp.sin(t)) / (2 + jnp.cos(t))
+
+    grad = jax.grad(taylax.derivative(f, 12))(0.4)
+    np.testing.assert_allclose(grad, taylax.derivative(f, 13)(0.4), rtol=1e-12)
+    # The block body is the program: 24 more orders add no more than a few equations each.
+    counts = {k: count_equations(jax.make_jaxpr(taylax.derivative(f, k))(0.4)) for k in (16, 40)}
+    assert counts[40] - counts[16] <= 2 * (40 - 16), counts
+
+
 def test_chunked_path_matches_unchunked():
     # Above the unrolling threshold, 4096 elements run their loops chunk by chunk; 8 do not.
     order = ks.UNROLL_MAX_ORDER + 2

@@ -10,9 +10,9 @@ constants and seeds cost nothing extra.
 The kernels below work on stacked arrays. Products are shifted sums (a few
 equations per coefficient of the lower-degree factor). The recurrences that define
 nonlinear functions run unrolled at small orders, and at orders up to 32 where the
-known factor has a low degree (a few terms per coefficient), and as one
-`lax.fori_loop` over `k` above: the number of equations grows at most linearly
-with `K`.
+known factor has a low degree (a few terms per coefficient), and above as one
+`lax.fori_loop` over blocks of a few coefficients: the number of equations grows at
+most linearly with `K`.
 """
 
 from __future__ import annotations
@@ -417,7 +417,7 @@ def integrate(g: Array, y0: Array, degree: int) -> Array:
 
 
 # --------------------------------------------------------------------------
-# Recurrences: one fori_loop over k, constant program size in the order
+# Recurrences: loops over k, constant program size in the order
 # --------------------------------------------------------------------------
 
 
@@ -547,6 +547,103 @@ def _select_rows(rows: list[Array], shape, dtype) -> Array:
     return out
 
 
+# Above the unrolled range, recurrences run by blocks of `RECURRENCE_BLOCK` rows: a
+# `lax.fori_loop` over blocks whose body computes its rows unrolled (the terms between
+# rows of the same block as products of single rows) and then adds the block's
+# contributions to every later row of an accumulator, one windowed product per row.
+# The loop sweeps the stacked state once per block instead of once per row. Against
+# one row per step (exp(sin t) sqrt(1 + t^2), float64, one process): 0.65-0.69x the
+# time at orders 12-16 and 0.45-0.68x at order 32 (N = 4,096 to 1,048,576), 0.48-0.52x
+# at order 64 (N = 65,536); RK4 on a pendulum (one point, order 16): 0.55x. Blocks of
+# 6 ran within 10% of 4 but compiled slower (RK4, order 16: 1.0 s against 0.75 s; one
+# row per step: 0.5 s); blocks of 3 ran slower at order 32. The order is rounded up to
+# whole blocks, so the body is the whole program: its size does not depend on the order.
+RECURRENCE_BLOCK = 4
+
+
+def _blocked_rows(
+    order: int,
+    shape,
+    dtype,
+    y0s: Sequence[Array],
+    one: Array,
+    mix: Callable[[int, list], Array],
+    pair: Callable[[int, object, Array], Array | None],
+    push: Callable[[Array, object, Array], Array],
+    finish: Callable[[object, Array], Array],
+) -> list[Array]:
+    """Rows `0..order` of coupled series `y_i` with `y_i[0] = y0s[i]` and, for k >= 1,
+
+    `y_i[k] = finish(k, sum_{m<k} pair(k - m, m, g_i[m]))`, `g_i[m] = mix(i, [y_j[m]])`.
+
+    `pair(j, m, g)` is the contribution of `g` at row `m` to row `m + j` (one row, None
+    for zero) and `push(acc, m, g)` adds it to every row of a stacked accumulator at
+    once; `m` and `k` are Python ints in the first rows and traced inside the loop.
+    """
+    n = len(y0s)
+    first = order % RECURRENCE_BLOCK + 1  # rows unrolled before the first block
+
+    def block(start, acc_rows, size):
+        ys: list[list] = [[] for _ in range(n)]
+        gs: list[list] = [[] for _ in range(n)]
+        for r in range(size):
+            for i in range(n):
+                if acc_rows is None and r == 0:
+                    ys[i].append(jnp.broadcast_to(jnp.asarray(y0s[i], dtype), shape))
+                    continue
+                terms = [] if acc_rows is None else [acc_rows[i][r]]
+                terms += [pair(r - q, start + q, gs[i][q]) for q in range(r)]
+                total = None
+                for term in terms:
+                    if term is not None:
+                        total = term if total is None else total + term
+                total = jnp.zeros(shape, dtype) if total is None else total
+                ys[i].append(computed_once(finish(start + r, total), one))
+            for i in range(n):
+                gs[i].append(mix(i, [ys[j][r] for j in range(n)]))
+        return ys, gs
+
+    def pushed(accs, start, gs):
+        out = []
+        for acc, g in zip(accs, gs):
+            for q, g_q in enumerate(g):
+                acc = push(acc, start + q, g_q)
+            out.append(acc)
+        return out
+
+    head, gs = block(0, None, first)
+    if first == order + 1:
+        return [_stack_rows(rows, shape, dtype) for rows in head]
+    tail = jnp.zeros((order + 1 - first,) + tuple(shape), dtype)
+    ys = [jnp.concatenate([_stack_rows(rows, shape, dtype), tail]) for rows in head]
+    accs = pushed([jnp.zeros((order + 1,) + tuple(shape), dtype)] * n, 0, gs)
+
+    def body(b, carry):
+        ys, accs = carry
+        start = first + b * RECURRENCE_BLOCK
+        windows = [slice_rows(acc, start, RECURRENCE_BLOCK) for acc in accs]
+        acc_rows = [_rows(w, RECURRENCE_BLOCK) for w in windows]
+        rows, gs = block(start, acc_rows, RECURRENCE_BLOCK)
+        ys = [
+            lax.dynamic_update_slice(y, _stack_rows(r, shape, dtype), _starts(y, start))
+            for y, r in zip(ys, rows)
+        ]
+        return ys, pushed(accs, start, gs)
+
+    blocks = (order + 1 - first) // RECURRENCE_BLOCK
+    return lax.fori_loop(0, blocks, body, (ys, accs))[0]
+
+
+def blocked_span(order: int) -> int:
+    """`order` rounded up to whole blocks: the rows past it are computed and dropped."""
+    return -(-order // RECURRENCE_BLOCK) * RECURRENCE_BLOCK
+
+
+def _row_index(k, dtype):
+    """`k` as a value of `dtype`'s real type (a Python float when `k` is static)."""
+    return float(k) if isinstance(k, int) else _as(k, dtype)
+
+
 def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array]:
     """Solve `Y' = x' (M Y)` for a small constant matrix `M` (exp, sin/cos, sinh/cosh).
 
@@ -554,33 +651,34 @@ def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array
     """
     if unrolled(order, degree_of(x)):
         return _linear_ode_unrolled(x, y0s, matrix, order)
-    x = pad_degree(x, order)
     dtype = jnp.result_type(x, *y0s)
     shape = jnp.broadcast_shapes(x.shape[1:], *[jnp.shape(y0) for y0 in y0s])
-    x = jnp.broadcast_to(x, (order + 1,) + shape)
-    source = forward_source(derivative_series(x).astype(dtype), order, 1)
-    ys = [fresh(jnp.broadcast_to(y0, shape), order, dtype) for y0 in y0s]
-    accs = [jnp.zeros_like(y) for y in ys]
+    span = blocked_span(order)
+    x = jnp.broadcast_to(pad_degree(x, span), (span + 1,) + shape).astype(dtype)
+    xs, jx = _derivative_rows(x, dtype, RECURRENCE_BLOCK - 1)
+    source = forward_source(derivative_series(x), span, 1)
 
-    def body(m, carry):
-        ys, accs = carry
-        w = push_window(source, m - 1, order, 1)
-        known = [get_coeff(y, m - 1, keepdims=True) for y in ys]
-        new_ys, new_accs = [], []
-        inv = 1 / _as(m, dtype)
-        for i, (y, acc) in enumerate(zip(ys, accs)):
-            mixed = None
-            for j, y_m in enumerate(known):
-                if matrix[i][j] == 0:
-                    continue
-                term = y_m if matrix[i][j] == 1 else matrix[i][j] * y_m
-                mixed = term if mixed is None else mixed + term
-            acc = acc + w * mixed
-            new_accs.append(acc)
-            new_ys.append(set_coeff(y, get_coeff(acc, m) * inv, m))
-        return new_ys, new_accs
+    def mix(i, rows):
+        total = None
+        for weight, row in zip(matrix[i], rows):
+            if weight == 0:
+                continue
+            term = row if weight == 1 else row * float(weight)
+            total = term if total is None else total + term
+        return total
 
-    return fori(order, body, (ys, accs))[0]
+    ys = _blocked_rows(
+        span,
+        shape,
+        dtype,
+        y0s,
+        opaque_one(xs[0]),
+        mix,
+        pair=lambda j, m, g: jx[j] * g,
+        push=lambda acc, m, g: acc + push_window(source, m, span, 1) * g[None],
+        finish=lambda k, total: total / _row_index(k, dtype),
+    )
+    return [y[: order + 1] for y in ys]
 
 
 def _linear_ode_unrolled(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array]:
@@ -635,18 +733,22 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
         return with_primal(q, lax.index_in_dim(a, 0, keepdims=False) / b0 if q0 is None else q0)
     if unrolled(order, degree_of(b)):
         return _stack_rows(_divide_rows(a, b, order, q0, shape, dtype), shape, dtype)
-    a = jnp.broadcast_to(pad_degree(a, order), (order + 1,) + shape).astype(dtype)
-    b = jnp.broadcast_to(pad_degree(b, order), (order + 1,) + shape).astype(dtype)
-    b0 = b[0]
-    q = fresh(a[0] / b0 if q0 is None else q0, order, dtype)
-    source = forward_source(b, order, 0)
-
-    def body(m, carry):
-        q, acc = carry
-        acc = acc + push_window(source, m - 1, order, 0) * get_coeff(q, m - 1, keepdims=True)
-        return set_coeff(q, (get_coeff(a, m) - get_coeff(acc, m)) / b0, m), acc
-
-    return fori(order, body, (q, jnp.zeros_like(q)))[0]
+    span = blocked_span(order)
+    a = jnp.broadcast_to(pad_degree(a, span), (span + 1,) + shape).astype(dtype)
+    b = jnp.broadcast_to(pad_degree(b, span), (span + 1,) + shape).astype(dtype)
+    b_rows = _rows(b, RECURRENCE_BLOCK)
+    source = forward_source(b, span, 0)
+    return _blocked_rows(
+        span,
+        shape,
+        dtype,
+        [a[0] / b[0] if q0 is None else q0],
+        opaque_one(b_rows[0]),
+        mix=lambda i, rows: rows[0],
+        pair=lambda j, m, q: -(b_rows[j] * q),
+        push=lambda acc, m, q: acc - push_window(source, m, span, 0) * q[None],
+        finish=lambda k, total: (get_coeff(a, k) + total) / b_rows[0],
+    )[0][: order + 1]
 
 
 def _divide_rows(a: Array, b: Array, order: int, q0, shape, dtype) -> list[Array]:
@@ -696,25 +798,30 @@ def power(x: Array, p, y0: Array, order: int) -> Array:
                 else computed_once(acc / (float(k) * x0), one)
             )
         return _stack_rows(ys, shape, dtype)
-    x = pad_degree(x, order)
-    x = jnp.broadcast_to(x, (order + 1,) + shape).astype(dtype)
-    ks = orders(order, len(shape), dtype)
-    jx_source = forward_source(ks * x, order, 0)
-    x_source = forward_source(x, order, 0)
-    x0 = x[0]
-    y = fresh(jnp.broadcast_to(y0, shape), order, dtype)
+    span = blocked_span(order)
+    x = jnp.broadcast_to(pad_degree(x, span), (span + 1,) + shape).astype(dtype)
+    x_rows = _rows(x, RECURRENCE_BLOCK)
+    ks = orders(span, len(shape), dtype)
+    jx_source = forward_source(ks * x, span, 0)
+    x_source = forward_source(x, span, 0)
 
-    def body(m, carry):
-        y, acc = carry
-        y_m = get_coeff(y, m - 1, keepdims=True)
-        mm = _as(m - 1, dtype)
-        w = p * push_window(jx_source, m - 1, order, 0) - mm * push_window(
-            x_source, m - 1, order, 0
+    def push(acc, m, y_m):
+        w = p * push_window(jx_source, m, span, 0) - _row_index(m, dtype) * push_window(
+            x_source, m, span, 0
         )
-        acc = acc + w * y_m
-        return set_coeff(y, get_coeff(acc, m) / (_as(m, dtype) * x0), m), acc
+        return acc + w * y_m[None]
 
-    return fori(order, body, (y, jnp.zeros_like(y)))[0]
+    return _blocked_rows(
+        span,
+        shape,
+        dtype,
+        [y0],
+        opaque_one(x_rows[0]),
+        mix=lambda i, rows: rows[0],
+        pair=lambda j, m, y_m: x_rows[j] * (y_m * (p * float(j) - _row_index(m, dtype))),
+        push=push,
+        finish=lambda k, total: total / (_row_index(k, dtype) * x_rows[0]),
+    )[0][: order + 1]
 
 
 def tanh(x: Array, y0: Array, order: int) -> Array:
