@@ -114,21 +114,25 @@ LOW_DEGREE = {
 }
 
 
+def assert_matches_mpmath(f, exact, x0: float, order: int) -> None:
+    """taylax's Taylor coefficients of `f` at `x0` against mpmath's in 60-digit arithmetic."""
+    with mpmath.workdps(60):
+        primal, coeffs = taylax.taylor(f, order)(x0, 1.0)
+        series = mpmath.taylor(exact, mpmath.mpf(x0), order)
+        np.testing.assert_allclose(primal, float(series[0]), rtol=1e-15)
+        want = [float(c) for c in series[1:]]
+    # Relative to the largest coefficient so far: the products and recurrences cancel
+    # terms of that size (measured: at most 5e-16).
+    for k in range(order):
+        scale = max(abs(w) for w in want[: k + 1])
+        assert abs(float(coeffs[k]) - want[k]) <= 1e-14 * scale, (x0, k + 1)
+
+
 @pytest.mark.parametrize("order", [12, 32, 40])
 @pytest.mark.parametrize("name", sorted(LOW_DEGREE))
 def test_low_degree_recurrences_match_mpmath(name, order):
-    f, exact = LOW_DEGREE[name]
-    with mpmath.workdps(60):
-        for x0 in (0.7, -1.3):
-            primal, coeffs = taylax.taylor(f, order)(x0, 1.0)
-            series = mpmath.taylor(exact, mpmath.mpf(x0), order)
-            np.testing.assert_allclose(primal, float(series[0]), rtol=1e-15)
-            want = [float(c) for c in series[1:]]
-            # Relative to the largest coefficient so far: the products and recurrences
-            # cancel terms of that size (measured: at most 5e-16).
-            for k in range(order):
-                scale = max(abs(w) for w in want[: k + 1])
-                assert abs(float(coeffs[k]) - want[k]) <= 1e-14 * scale, (x0, k + 1)
+    for x0 in (0.7, -1.3):
+        assert_matches_mpmath(*LOW_DEGREE[name], x0, order)
 
 
 # Full-degree inputs (a function of sin t) run their recurrences above the unrolled orders
@@ -145,17 +149,7 @@ FULL_DEGREE = {
 @pytest.mark.parametrize("order", [12, 33, 40])
 @pytest.mark.parametrize("name", sorted(FULL_DEGREE))
 def test_blocked_recurrences_match_mpmath(name, order):
-    f, exact = FULL_DEGREE[name]
-    with mpmath.workdps(60):
-        x0 = 0.7
-        primal, coeffs = taylax.taylor(f, order)(x0, 1.0)
-        series = mpmath.taylor(exact, mpmath.mpf(x0), order)
-        np.testing.assert_allclose(primal, float(series[0]), rtol=1e-15)
-        want = [float(c) for c in series[1:]]
-        # Relative to the largest coefficient so far, as above (measured: at most 4e-16).
-        for k in range(order):
-            scale = max(abs(w) for w in want[: k + 1])
-            assert abs(float(coeffs[k]) - want[k]) <= 1e-14 * scale, k + 1
+    assert_matches_mpmath(*FULL_DEGREE[name], 0.7, order)
 
 
 @pytest.mark.parametrize("order", [1, 2, 4, 7])
