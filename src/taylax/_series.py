@@ -551,13 +551,14 @@ def _select_rows(rows: list[Array], shape, dtype) -> Array:
 # `lax.fori_loop` over blocks whose body computes its rows unrolled (the terms between
 # rows of the same block as products of single rows) and then adds the block's
 # contributions to every later row of an accumulator, one windowed product per row.
-# The loop sweeps the stacked state once per block instead of once per row. Against
-# one row per step (exp(sin t) sqrt(1 + t^2), float64, one process): 0.65-0.69x the
-# time at orders 12-16 and 0.45-0.68x at order 32 (N = 4,096 to 1,048,576), 0.48-0.52x
-# at order 64 (N = 65,536); RK4 on a pendulum (one point, order 16): 0.55x. Blocks of
-# 6 ran within 10% of 4 but compiled slower (RK4, order 16: 1.0 s against 0.75 s; one
-# row per step: 0.5 s); blocks of 3 ran slower at order 32. The order is rounded up to
-# whole blocks, so the body is the whole program: its size does not depend on the order.
+# The loop sweeps the stacked state once per block instead of once per row. Time against
+# one row per step (exp(sin t) sqrt(1 + t^2), float64, one process, N = 4,096 / 65,536 /
+# 1,048,576): 1.12 / 0.65 / 0.65x at order 12 (0.48x at 4,096 in another run), 0.77 /
+# 0.69 / 0.51x at 16, 0.68 / 0.47 / 0.45x at 32, and 0.78 / 0.52x at 64 (N <= 65,536).
+# RK4 on a pendulum (one point, order 16): 0.55x. Blocks of 6 ran within 10% of 4 but
+# compiled slower (RK4, order 16: 1.0 s against 0.75 s; one row per step: 0.5 s);
+# blocks of 3 ran slower at order 32. The order is rounded up to whole blocks, so the
+# body is the whole program: its size does not depend on the order.
 RECURRENCE_BLOCK = 4
 
 
