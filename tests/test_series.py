@@ -161,6 +161,25 @@ def test_blocked_recurrences_at_every_block_offset(order, monkeypatch):
         check_full_series(name, order)
 
 
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda z: jnp.exp(jnp.sin(z)),
+        lambda z: jnp.cos(jnp.sin(z)),
+        lambda z: 1 / (2 + jnp.sin(z)),
+        lambda z: (2 + jnp.sin(z)) ** 2.5,
+        lambda z: jnp.tanh(jnp.sin(z)),
+    ],
+    ids=["exp", "cos", "reciprocal", "pow_2.5", "tanh"],
+)
+def test_blocked_recurrences_complex(f, monkeypatch):
+    # Complex series through the blocks (row indices are real, rows complex).
+    monkeypatch.setattr(ks, "UNROLL_MAX_ORDER", 0)
+    z = jnp.array([0.3 + 0.2j, -0.5 + 0.7j])
+    v = jnp.array([1.0 + 0.5j, 0.3 - 1j])
+    assert_series_close(taylax.derivatives(f, 6)(z, v), nested_jvp_derivatives(f, z, v, 6))
+
+
 def test_blocked_recurrence_is_reverse_differentiable_and_flat_in_the_order():
     # d/dt of the 12th derivative is the 13th: reverse mode through the block loop.
     def f(t):
