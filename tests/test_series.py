@@ -137,7 +137,7 @@ def test_low_degree_recurrences_match_mpmath(name, order):
 
 # Full-degree inputs (a function of sin t) run their recurrences above the unrolled orders
 # by blocks of `ks.RECURRENCE_BLOCK` rows: division, powers, exp and tanh (exp and a
-# division there). Orders 12 and 33 end inside a block, 40 on a block boundary.
+# division there). Order 33 ends inside a block of 4, orders 12 and 40 on a boundary.
 FULL_DEGREE = {
     "exp(sin t)": (lambda t: jnp.exp(jnp.sin(t)), lambda t: mpmath.exp(mpmath.sin(t))),
     "1/(2+sin t)": (lambda t: 1 / (2 + jnp.sin(t)), lambda t: 1 / (2 + mpmath.sin(t))),
@@ -154,8 +154,8 @@ def test_blocked_recurrences_match_mpmath(name, order):
 
 @pytest.mark.parametrize("order", [1, 2, 4, 7])
 def test_blocked_recurrences_at_every_block_offset(order, monkeypatch):
-    # Forced through the blocks at small orders: the last block ends at, before or past
-    # the order, against nested jvp (rows past the order are computed and dropped).
+    # Forced through the blocks at small orders: the last block ends at the order (4) or
+    # past it (1, 2, 7; those rows are computed and dropped), against nested jvp.
     monkeypatch.setattr(ks, "UNROLL_MAX_ORDER", 0)
     for name in ("exp", "div", "pow_2.5", "reciprocal"):
         check_full_series(name, order)

@@ -569,70 +569,52 @@ def _blocked_rows(
     y0s: Sequence[Array],
     one: Array,
     mix: Callable[[int, list], Array],
-    pair: Callable[[int, object, Array], Array | None],
+    pair: Callable[[int, Array, Array], Array],
     push: Callable[[Array, object, Array], Array],
-    finish: Callable[[object, Array], Array],
+    finish: Callable[[Array, Array], Array],
 ) -> list[Array]:
     """Rows `0..order` of coupled series `y_i` with `y_i[0] = y0s[i]` and, for k >= 1,
 
     `y_i[k] = finish(k, sum_{m<k} pair(k - m, m, g_i[m]))`, `g_i[m] = mix(i, [y_j[m]])`.
 
-    `pair(j, m, g)` is the contribution of `g` at row `m` to row `m + j` (one row, None
-    for zero) and `push(acc, m, g)` adds it to every row of a stacked accumulator at
-    once; `m` and `k` are Python ints in the first rows and traced inside the loop.
+    `pair(j, m, g)` is the contribution of `g` at row `m` to row `m + j` (one row) and
+    `push(acc, m, g)` adds it to every row of a stacked accumulator at once. `order` is
+    a whole number of blocks (`blocked_span`); `m` is 0 for the first push and traced
+    inside the loop, as is `k`.
     """
     n = len(y0s)
-    first = order % RECURRENCE_BLOCK + 1  # rows unrolled before the first block
-
-    def block(start, acc_rows, size):
-        ys: list[list] = [[] for _ in range(n)]
-        gs: list[list] = [[] for _ in range(n)]
-        for r in range(size):
-            for i in range(n):
-                if acc_rows is None and r == 0:
-                    ys[i].append(jnp.broadcast_to(jnp.asarray(y0s[i], dtype), shape))
-                    continue
-                terms = [] if acc_rows is None else [acc_rows[i][r]]
-                terms += [pair(r - q, start + q, gs[i][q]) for q in range(r)]
-                total = None
-                for term in terms:
-                    if term is not None:
-                        total = term if total is None else total + term
-                total = jnp.zeros(shape, dtype) if total is None else total
-                ys[i].append(computed_once(finish(start + r, total), one))
-            for i in range(n):
-                gs[i].append(mix(i, [ys[j][r] for j in range(n)]))
-        return ys, gs
-
-    def pushed(accs, start, gs):
-        out = []
-        for acc, g in zip(accs, gs):
-            for q, g_q in enumerate(g):
-                acc = push(acc, start + q, g_q)
-            out.append(acc)
-        return out
-
-    head, gs = block(0, None, first)
-    if first == order + 1:
-        return [_stack_rows(rows, shape, dtype) for rows in head]
-    tail = jnp.zeros((order + 1 - first,) + tuple(shape), dtype)
-    ys = [jnp.concatenate([_stack_rows(rows, shape, dtype), tail]) for rows in head]
-    accs = pushed([jnp.zeros((order + 1,) + tuple(shape), dtype)] * n, 0, gs)
+    y0s = [jnp.broadcast_to(jnp.asarray(y0, dtype), shape) for y0 in y0s]
+    ys = [fresh(y0, order, dtype) for y0 in y0s]
+    zeros = jnp.zeros((order + 1,) + tuple(shape), dtype)
+    accs = [push(zeros, 0, mix(i, y0s)) for i in range(n)]
 
     def body(b, carry):
         ys, accs = carry
-        start = first + b * RECURRENCE_BLOCK
-        windows = [slice_rows(acc, start, RECURRENCE_BLOCK) for acc in accs]
-        acc_rows = [_rows(w, RECURRENCE_BLOCK) for w in windows]
-        rows, gs = block(start, acc_rows, RECURRENCE_BLOCK)
+        start = 1 + b * RECURRENCE_BLOCK
+        acc_rows = [
+            _rows(slice_rows(acc, start, RECURRENCE_BLOCK), RECURRENCE_BLOCK) for acc in accs
+        ]
+        rows: list[list] = [[] for _ in range(n)]
+        gs: list[list] = [[] for _ in range(n)]
+        for r in range(RECURRENCE_BLOCK):
+            for i in range(n):
+                total = acc_rows[i][r]
+                for q in range(r):
+                    total = total + pair(r - q, start + q, gs[i][q])
+                rows[i].append(computed_once(finish(start + r, total), one))
+            for i in range(n):
+                gs[i].append(mix(i, [rows[j][r] for j in range(n)]))
         ys = [
             lax.dynamic_update_slice(y, _stack_rows(r, shape, dtype), _starts(y, start))
             for y, r in zip(ys, rows)
         ]
-        return ys, pushed(accs, start, gs)
+        accs = list(accs)
+        for i in range(n):
+            for q, g in enumerate(gs[i]):
+                accs[i] = push(accs[i], start + q, g)
+        return ys, accs
 
-    blocks = (order + 1 - first) // RECURRENCE_BLOCK
-    return lax.fori_loop(0, blocks, body, (ys, accs))[0]
+    return lax.fori_loop(0, order // RECURRENCE_BLOCK, body, (ys, accs))[0]
 
 
 def blocked_span(order: int) -> int:
@@ -640,9 +622,15 @@ def blocked_span(order: int) -> int:
     return -(-order // RECURRENCE_BLOCK) * RECURRENCE_BLOCK
 
 
-def _row_index(k, dtype):
-    """`k` as a value of `dtype`'s real type (a Python float when `k` is static)."""
-    return float(k) if isinstance(k, int) else _as(k, dtype)
+def _weighted_sum(weights, rows: list[Array]) -> Array | None:
+    """`sum_j weights[j] rows[j]` over the non-zero constant weights (a row of `M Y`)."""
+    total = None
+    for weight, row in zip(weights, rows):
+        if weight == 0:
+            continue
+        term = row if weight == 1 else row * float(weight)
+        total = term if total is None else total + term
+    return total
 
 
 def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array]:
@@ -658,26 +646,16 @@ def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array
     x = jnp.broadcast_to(pad_degree(x, span), (span + 1,) + shape).astype(dtype)
     xs, jx = _derivative_rows(x, dtype, RECURRENCE_BLOCK - 1)
     source = forward_source(derivative_series(x), span, 1)
-
-    def mix(i, rows):
-        total = None
-        for weight, row in zip(matrix[i], rows):
-            if weight == 0:
-                continue
-            term = row if weight == 1 else row * float(weight)
-            total = term if total is None else total + term
-        return total
-
     ys = _blocked_rows(
         span,
         shape,
         dtype,
         y0s,
         opaque_one(xs[0]),
-        mix,
+        mix=lambda i, rows: _weighted_sum(matrix[i], rows),
         pair=lambda j, m, g: jx[j] * g,
         push=lambda acc, m, g: acc + push_window(source, m, span, 1) * g[None],
-        finish=lambda k, total: total / _row_index(k, dtype),
+        finish=lambda k, total: total / _as(k, dtype),
     )
     return [y[: order + 1] for y in ys]
 
@@ -690,18 +668,9 @@ def _linear_ode_unrolled(x: Array, y0s: Sequence[Array], matrix, order: int) -> 
     mixed: list[list] = [[] for _ in y0s]  # (M y)_m per output
     one = opaque_one(xs[0])
 
-    def mix(i, m):
-        total = None
-        for j, row in enumerate(matrix[i]):
-            if row == 0:
-                continue
-            term = ys[j][m] if row == 1 else ys[j][m] * float(row)
-            total = term if total is None else total + term
-        return total
-
     for k in range(1, order + 1):
         for i in range(len(y0s)):
-            mixed[i].append(mix(i, k - 1))
+            mixed[i].append(_weighted_sum(matrix[i], [y[k - 1] for y in ys]))
         new = []
         for i in range(len(y0s)):
             acc = _dot_rows((jx[j], mixed[i][k - j]) for j in range(1, k + 1))
@@ -807,7 +776,7 @@ def power(x: Array, p, y0: Array, order: int) -> Array:
     x_source = forward_source(x, span, 0)
 
     def push(acc, m, y_m):
-        w = p * push_window(jx_source, m, span, 0) - _row_index(m, dtype) * push_window(
+        w = p * push_window(jx_source, m, span, 0) - _as(m, dtype) * push_window(
             x_source, m, span, 0
         )
         return acc + w * y_m[None]
@@ -819,9 +788,9 @@ def power(x: Array, p, y0: Array, order: int) -> Array:
         [y0],
         opaque_one(x_rows[0]),
         mix=lambda i, rows: rows[0],
-        pair=lambda j, m, y_m: x_rows[j] * (y_m * (p * float(j) - _row_index(m, dtype))),
+        pair=lambda j, m, y_m: x_rows[j] * (y_m * (p * float(j) - _as(m, dtype))),
         push=push,
-        finish=lambda k, total: total / (_row_index(k, dtype) * x_rows[0]),
+        finish=lambda k, total: total / (_as(k, dtype) * x_rows[0]),
     )[0][: order + 1]
 
 
