@@ -556,7 +556,7 @@ def _select_rows(rows: list[Array], shape, dtype) -> Array:
 # 1,048,576): 1.12 / 0.65 / 0.65x at order 12 (0.48x at 4,096 in another run), 0.77 /
 # 0.69 / 0.51x at 16, 0.68 / 0.47 / 0.45x at 32, and 0.78 / 0.52x at 64 (N <= 65,536).
 # RK4 on a pendulum (one point, order 16): 0.55x. Blocks of 6 ran within 10% of 4 but
-# compiled slower (RK4, order 16: 1.0 s against 0.75 s; one row per step: 0.5 s);
+# compiled slower (RK4, order 16: 1.0-1.2 s against 0.75 s; one row per step: 0.5 s);
 # blocks of 3 ran slower at order 32. The order is rounded up to whole blocks, so the
 # body is the whole program: its size does not depend on the order.
 RECURRENCE_BLOCK = 4
