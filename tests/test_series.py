@@ -237,6 +237,25 @@ def test_cauchy_matches_polynomial_product():
     np.testing.assert_allclose(got, want, rtol=1e-14)
 
 
+@pytest.mark.parametrize("order", [1, 2, 8, 9, 16])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_cauchy_row_and_shifted_sum_forms_match_convolution(order, dtype):
+    # Row products up to order 8 (`UNROLL_MAX_ORDER`), a shifted sum above: both sides of
+    # the switch, factors of equal and of different degrees, per point (a batch of 3).
+    rng = np.random.default_rng(order)
+
+    def series(degree):
+        c = rng.standard_normal((degree + 1, 3))
+        return c + 1j * rng.standard_normal(c.shape) if dtype is np.complex128 else c
+
+    for da, db in [(order, order), (1, order), (order, 2), (order + 3, order)]:
+        a, b = series(da), series(db)
+        got = ks.cauchy(jnp.asarray(a), jnp.asarray(b), order)
+        want = np.stack([np.convolve(a[:, n], b[:, n])[: order + 1] for n in range(3)], axis=1)
+        assert got.shape == (min(da + db, order) + 1, 3)
+        np.testing.assert_allclose(got, want[: got.shape[0]], rtol=1e-13, atol=1e-13)
+
+
 def test_divide_inverts_cauchy():
     a = jnp.array([1.0, 2.0, -1.0, 0.5, 3.0, 1.0])
     b = jnp.array([2.0, -1.0, 0.25, 0.0, 1.0, -2.0])
@@ -336,12 +355,13 @@ def test_product_is_a_shifted_sum_linear_in_the_degree():
         a = jnp.ones((degree + 1, 8))
         return jax.make_jaxpr(lambda a, b: ks.cauchy(a, b, degree))(a, a)
 
-    small, large = product_jaxpr(8), product_jaxpr(32)
+    # Above order 8 (rows below it: at most 45 products, a bounded cost).
+    small, large = product_jaxpr(16), product_jaxpr(32)
     # No Toeplitz table: every intermediate has the operands' rank (K+1, 8).
     assert all(v.aval.ndim <= 2 for e in large.jaxpr.eqns for v in e.outvars)
     # A few equations per coefficient of the lower-degree factor.
     grow = len(large.jaxpr.eqns) - len(small.jaxpr.eqns)
-    assert 0 < grow <= 4 * (32 - 8), grow
+    assert 0 < grow <= 4 * (32 - 16), grow
 
 
 @pytest.mark.parametrize("p", [2.0 + 1.0j, 2.0 + 0.0j, 2.5])
