@@ -135,6 +135,22 @@ def test_low_degree_recurrences_match_mpmath(name, order):
         assert_matches_mpmath(*LOW_DEGREE[name], x0, order)
 
 
+@pytest.mark.parametrize("order", [12, 24])
+def test_full_numerator_over_low_degree_denominator_complex_matches_mpmath(order):
+    # Above order 8 a full numerator is multiplied by the reciprocal's rows (`ks.divide`);
+    # complex coefficients, relative to the largest coefficient so far.
+    z0 = 0.4 + 0.3j
+    primal, coeffs = taylax.taylor(lambda z: jnp.cos(3 * z) / (1 + z**2), order)(
+        jnp.asarray(z0), jnp.asarray(1.0 + 0j)
+    )
+    with mpmath.workdps(60):
+        series = mpmath.taylor(lambda z: mpmath.cos(3 * z) / (1 + z**2), mpmath.mpc(z0), order)
+        want = np.array([complex(c) for c in series])
+    np.testing.assert_allclose(complex(primal), want[0], rtol=1e-15)
+    scale = np.maximum.accumulate(np.abs(want[1:]))
+    assert np.all(np.abs(np.asarray(coeffs) - want[1:]) <= 1e-14 * scale)
+
+
 # Full-degree inputs (a function of sin t) run their recurrences above the unrolled orders
 # by blocks of `ks.RECURRENCE_BLOCK` rows: division, powers, exp and tanh (exp and a
 # division there). Order 33 ends inside a block of 4, orders 12 and 40 on a boundary.
