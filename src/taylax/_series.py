@@ -548,7 +548,8 @@ def _rows_times(rows: list[Array], c: Array, order: int) -> Array:
     `order`: `sum_i rows_i (s^i c)`, the shifts as slices of one zero-padded copy of `c`.
 
     `c` is computed once first, marked with ones of its own shape: XLA then keeps it in a
-    buffer instead of fusing its producer into the pad (a product there ran 4-9x slower).
+    buffer. Marked with per-point ones, a product `c` was fused into the pad (or into
+    every row of a stacked form): 2-9x slower at orders 12-32.
     """
     c = pad_degree(c, order)[: order + 1]
     c = computed_once(c, opaque_one(c))
@@ -708,8 +709,9 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
         # Row k of the recurrence reads a_k: under vmap a column of the stacked `a`, one
         # pass over all of it per row. `a * (1/b)` reads `a` once: the reciprocal's rows
         # come from b's few coefficients, the product is one kernel. Against the product
-        # with the reciprocal stacked by selects (cos(3t) and exp(-t^2/2) cos(3t) over
-        # 1 + t^2, orders 12-32, N = 4,096 / 65,536, one process): 0.35-0.93x.
+        # with the reciprocal stacked by selects (cos(3t), exp(sin t), exp(-t^2/2) cos(3t)
+        # over 1 + t^2 and sqrt(1 + t^2) sin(t) over 2 + t, orders 12-32, N = 4,096 /
+        # 65,536, one process): 0.25-0.90x.
         b0 = lax.index_in_dim(b, 0, keepdims=False).astype(dtype)
         reciprocal = _divide_rows(jnp.ones((1,) + shape, dtype), b, order, None, shape, dtype)
         a = a.astype(dtype)
