@@ -7,8 +7,9 @@ be zero. Constants have `d = 0` (and are stored unstacked), a seed `x + s v`
 has `d = 1`; products add degrees. This static knowledge is what makes
 constants and seeds cost nothing extra.
 
-The kernels below work on stacked arrays. Products are shifted sums (a few
-equations per coefficient of the lower-degree factor). The recurrences that define
+The kernels below work on stacked arrays. Products are sums of row products up to
+order 8 and shifted sums above (a few equations per coefficient of the lower-degree
+factor). The recurrences that define
 nonlinear functions run unrolled at small orders, and at orders up to 32 where the
 known factor has a low degree (a few terms per coefficient), and above as one
 `lax.fori_loop` over blocks of a few coefficients: the number of equations grows at
@@ -386,14 +387,20 @@ def cauchy(a: Array, b: Array, order: int) -> Array:
         ]
         return _stack_rows(rows, shape, jnp.result_type(a, b))
     terms = min(da, degree) + 1
-    # One zero-padded copy of `b` whose slices are its shifts: `s^i b = padded[n-i : n-i+degree+1]`.
+    return _shifted_sum(lambda i: lax.index_in_dim(a, i, keepdims=True), terms, b, degree)
+
+
+def _shifted_sum(row: Callable[[int], Array], terms: int, c: Array, degree: int) -> Array:
+    """`sum_{i < terms} row(i) (s^i c)` truncated at `degree`; `row(i)` has a leading
+    unit axis. The shifts are slices of one zero-padded copy of `c`:
+    `s^i c = padded[n-i : n-i+degree+1]`.
+    """
     n = terms - 1
-    padded = lax.pad(b, jnp.zeros((), b.dtype), [(n, max(0, degree - db), 0)] + [(0, 0, 0)] * ndim)
+    pads = [(n, max(0, degree - degree_of(c)), 0)] + [(0, 0, 0)] * (c.ndim - 1)
+    padded = lax.pad(c, jnp.zeros((), c.dtype), pads)
     out = None
     for i in range(terms):
-        term = lax.index_in_dim(a, i, keepdims=True) * lax.slice_in_dim(
-            padded, n - i, n - i + degree + 1
-        )
+        term = row(i) * lax.slice_in_dim(padded, n - i, n - i + degree + 1)
         out = term if out is None else out + term
     return out
 
@@ -541,24 +548,6 @@ def _derivative_rows(x: Array, dtype, order: int) -> tuple[list, list]:
 
 def _stack_rows(rows: list[Array], shape, dtype) -> Array:
     return jnp.stack([jnp.broadcast_to(jnp.asarray(r, dtype), shape) for r in rows])
-
-
-def _rows_times(rows: list[Array], c: Array, order: int) -> Array:
-    """The Cauchy product of a series given by its rows and a stacked one, truncated at
-    `order`: `sum_i rows_i (s^i c)`, the shifts as slices of one zero-padded copy of `c`.
-
-    `c` is computed once first, marked with ones of its own shape: XLA then keeps it in a
-    buffer. Marked with per-point ones, a product `c` was fused into the pad (or into
-    every row of a stacked form): 2-9x slower at orders 12-32.
-    """
-    c = pad_degree(c, order)[: order + 1]
-    c = computed_once(c, opaque_one(c))
-    padded = lax.pad(c, jnp.zeros((), c.dtype), [(order, 0, 0)] + [(0, 0, 0)] * (c.ndim - 1))
-    out = None
-    for i, row in enumerate(rows[: order + 1]):
-        term = row[None] * lax.slice_in_dim(padded, order - i, 2 * order + 1 - i)
-        out = term if out is None else out + term
-    return out
 
 
 # Above the unrolled range, recurrences run by blocks of `RECURRENCE_BLOCK` rows: a
@@ -711,11 +700,19 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
         # come from b's few coefficients, the product is one kernel. Against the product
         # with the reciprocal stacked by selects (cos(3t), exp(sin t), exp(-t^2/2) cos(3t)
         # over 1 + t^2 and sqrt(1 + t^2) sin(t) over 2 + t, orders 12-32, N = 4,096 /
-        # 65,536, one process): 0.25-0.90x.
+        # 65,536, one process): 0.25-0.90x. `a` is computed once first, marked with ones
+        # of its own shape: XLA then keeps it in a buffer. Marked with per-point ones, a
+        # product `a` was fused into the pad (or into every row of a stacked form): 2-9x
+        # slower at orders 12-32.
         b0 = lax.index_in_dim(b, 0, keepdims=False).astype(dtype)
         reciprocal = _divide_rows(jnp.ones((1,) + shape, dtype), b, order, None, shape, dtype)
         a = a.astype(dtype)
-        q = _rows_times([jnp.broadcast_to(r, shape) for r in reciprocal], a, order)
+        q = _shifted_sum(
+            lambda i: jnp.broadcast_to(reciprocal[i], shape)[None],
+            order + 1,
+            computed_once(a, opaque_one(a)),
+            order,
+        )
         return with_primal(q, lax.index_in_dim(a, 0, keepdims=False) / b0 if q0 is None else q0)
     if unrolled(order, degree_of(b)):
         return _stack_rows(_divide_rows(a, b, order, q0, shape, dtype), shape, dtype)
