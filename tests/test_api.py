@@ -143,9 +143,9 @@ def test_complex_input_real_parameter():
 
 def test_equations_grow_at_most_linearly_with_order():
     # Recurrences run unrolled up to a small order and by blocks of rows in a loop above
-    # it; products are shifted sums with a few equations per coefficient: linear in the
-    # order, never quadratic. The switch to blocks adds the block body once (a constant,
-    # about the size of the order-10 program); past it the program is flat.
+    # it; products (above order 8) are shifted sums with a few equations per coefficient:
+    # linear in the order, never quadratic. The switch to blocks adds the block body once
+    # (a constant, about the size of the order-10 program); past it the program is flat.
     counts = {
         k: count_equations(jax.make_jaxpr(lambda x, k=k: taylax.taylor(f_scalar, k)(x, 1.0))(1.1))
         for k in (10, 40, 70, 100)

@@ -114,18 +114,23 @@ LOW_DEGREE = {
 }
 
 
-def assert_matches_mpmath(f, exact, x0: float, order: int) -> None:
-    """taylax's Taylor coefficients of `f` at `x0` against mpmath's in 60-digit arithmetic."""
+def assert_matches_mpmath(f, exact, x0: float | complex, order: int) -> None:
+    """taylax's Taylor coefficients of `f` at `x0` (real or complex) against mpmath's in
+    60-digit arithmetic."""
+    if isinstance(x0, complex):
+        convert, point, args = complex, mpmath.mpc(x0), (jnp.asarray(x0), jnp.asarray(1.0 + 0j))
+    else:
+        convert, point, args = float, mpmath.mpf(x0), (x0, 1.0)
     with mpmath.workdps(60):
-        primal, coeffs = taylax.taylor(f, order)(x0, 1.0)
-        series = mpmath.taylor(exact, mpmath.mpf(x0), order)
-        np.testing.assert_allclose(primal, float(series[0]), rtol=1e-15)
-        want = [float(c) for c in series[1:]]
+        primal, coeffs = taylax.taylor(f, order)(*args)
+        series = mpmath.taylor(exact, point, order)
+        np.testing.assert_allclose(convert(primal), convert(series[0]), rtol=1e-15)
+        want = [convert(c) for c in series[1:]]
     # Relative to the largest coefficient so far: the products and recurrences cancel
     # terms of that size (measured: at most 5e-16).
     for k in range(order):
         scale = max(abs(w) for w in want[: k + 1])
-        assert abs(float(coeffs[k]) - want[k]) <= 1e-14 * scale, (x0, k + 1)
+        assert abs(convert(coeffs[k]) - want[k]) <= 1e-14 * scale, (x0, k + 1)
 
 
 @pytest.mark.parametrize("order", [12, 32, 40])
@@ -137,18 +142,8 @@ def test_low_degree_recurrences_match_mpmath(name, order):
 
 @pytest.mark.parametrize("order", [12, 24])
 def test_full_numerator_over_low_degree_denominator_complex_matches_mpmath(order):
-    # Above order 8 a full numerator is multiplied by the reciprocal's rows (`ks.divide`);
-    # complex coefficients, relative to the largest coefficient so far.
-    z0 = 0.4 + 0.3j
-    primal, coeffs = taylax.taylor(lambda z: jnp.cos(3 * z) / (1 + z**2), order)(
-        jnp.asarray(z0), jnp.asarray(1.0 + 0j)
-    )
-    with mpmath.workdps(60):
-        series = mpmath.taylor(lambda z: mpmath.cos(3 * z) / (1 + z**2), mpmath.mpc(z0), order)
-        want = np.array([complex(c) for c in series])
-    np.testing.assert_allclose(complex(primal), want[0], rtol=1e-15)
-    scale = np.maximum.accumulate(np.abs(want[1:]))
-    assert np.all(np.abs(np.asarray(coeffs) - want[1:]) <= 1e-14 * scale)
+    # Above order 8 a full numerator is multiplied by the reciprocal's rows (`ks.divide`).
+    assert_matches_mpmath(*LOW_DEGREE["cos(3t)/(1+t^2)"], 0.4 + 0.3j, order)
 
 
 # Full-degree inputs (a function of sin t) run their recurrences above the unrolled orders
