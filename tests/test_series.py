@@ -146,6 +146,17 @@ def test_full_numerator_over_low_degree_denominator_complex_matches_mpmath(order
     assert_matches_mpmath(*LOW_DEGREE["cos(3t)/(1+t^2)"], 0.4 + 0.3j, order)
 
 
+@pytest.mark.parametrize("x0", [20.0, -20.0, 35.0])
+@pytest.mark.parametrize("order", [3, 8])
+def test_saturated_tanh_keeps_its_digits(x0, order):
+    # Where tanh saturates, 1 - tanh^2 is 0 in float64 but sech^2 = 4e / (1 + e)^2 with
+    # e = exp(-2|x|) keeps every digit (the Riccati recurrence, and the line form).
+    assert_matches_mpmath(
+        lambda t: jnp.tanh(t + jnp.sin(t)), lambda t: mpmath.tanh(t + mpmath.sin(t)), x0, order
+    )
+    assert_matches_mpmath(jnp.tanh, mpmath.tanh, x0, order)
+
+
 # Full-degree inputs (a function of sin t) run their recurrences above the unrolled orders
 # by blocks of `ks.RECURRENCE_BLOCK` rows: division, powers, exp and tanh (exp and a
 # division there). Order 33 ends inside a block of 4, orders 12 and 40 on a boundary.

@@ -825,6 +825,18 @@ def tanh(x: Array, y0: Array, order: int) -> Array:
     return with_primal(sign * q, y0)
 
 
+def sech_squared(x0: Array) -> Array:
+    """`1 / cosh(x0)^2`, for real `x0` as `4 e / (1 + e)^2` with `e = exp(-2 |x0|)`.
+
+    One exponential instead of cosh's two, and no overflow: `e` underflows to 0 only
+    where the result does.
+    """
+    if jnp.iscomplexobj(x0):
+        return 1 / lax.square(lax.cosh(x0))
+    e = lax.exp(-2 * lax.abs(x0))
+    return 4 * e / lax.square(1 + e)
+
+
 def _tanh_riccati(x: Array, y0: Array, order: int) -> Array:
     """`k y_k = sum_{j=1..k} j x_j z_{k-j}`, `z_m = -sum_{i<=m} y_i y_{m-i}` for m >= 1.
 
@@ -835,8 +847,9 @@ def _tanh_riccati(x: Array, y0: Array, order: int) -> Array:
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(y0))
     xs, jx = _derivative_rows(x, dtype, order)
     one = opaque_one(xs[0])
-    ys = [jnp.asarray(y0, dtype)]
-    zs = [computed_once(1 / lax.square(lax.cosh(xs[0])), one)]
+    # y_0 too: every later row reads it, and XLA would recompute tanh in each of them.
+    ys = [computed_once(jnp.asarray(y0, dtype), one)]
+    zs = [computed_once(sech_squared(xs[0]), one)]
     for k in range(1, order + 1):
         acc = _dot_rows((jx[j], zs[k - j]) for j in range(1, k + 1))
         ys.append(jnp.zeros(shape, dtype) if acc is None else computed_once(acc / float(k), one))

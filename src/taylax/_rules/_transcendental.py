@@ -194,7 +194,7 @@ def _derivative_polynomials(kind: str, order: int) -> np.ndarray:
 def _riccati_factor(kind: str, x0, y0):
     """`g(f(x0))` computed without cancellation."""
     if kind == "tanh":
-        return 1 / lax.square(lax.cosh(x0))
+        return ks.sech_squared(x0)
     return 1 + y0 * y0
 
 
