@@ -75,62 +75,55 @@ class Jet4:
         return self.parts is None
 
 
-@functools.cache
-def _bands(d: int):
-    """The start offsets of the packed layout: the diagonals `k = 0..d-1` of the upper
-    triangle one after the other (`H[a, a+k]` for `a < d-k`). Shifted slices of `g` line
-    up with each band, so no gather is needed."""
-    return np.concatenate([[0], np.cumsum([d - k for k in range(d)])])
-
-
-def _band(h: Array, d: int, k: int) -> Array:
-    offsets = _bands(d)
-    return h[offsets[k] : offsets[k + 1]]
-
-
 def _trace(h: Array, d: int) -> Array:
     """`tr H` (the Laplacian) of a packed Hessian: the sum of its main diagonal."""
-    return jnp.sum(_band(h, d, 0), 0)
+    return jnp.sum(h[:d], 0)
 
 
-def _shifted(a: Array, before: int, after: int) -> Array:
-    """`a` zero-padded along its leading axis."""
-    pad = [(before, after, 0)] + [(0, 0, 0)] * (a.ndim - 1)
-    return jax.lax.pad(a, jnp.zeros((), a.dtype), pad)
+@functools.cache
+def _pairs(d: int) -> tuple[np.ndarray, np.ndarray]:
+    """`(a, b)` of every packed entry: the packed layout is the diagonals `k = 0..d-1` of
+    the upper triangle one after the other (`H[a, a+k]` for `a < d-k`), so the main
+    diagonal is the first `d` entries."""
+    a = np.concatenate([np.arange(d - k) for k in range(d)])
+    b = np.concatenate([np.arange(k, d) for k in range(d)])
+    return a, b
+
+
+@functools.cache
+def _packed_index(d: int) -> np.ndarray:
+    """`P[a, b]`: where `H[a, b]` (either half) sits in the packed layout."""
+    index = np.zeros((d, d), np.int32)
+    for p, (a, b) in enumerate(zip(*_pairs(d))):
+        index[a, b] = index[b, a] = p
+    return index
 
 
 def _hessian_times(h: Array, g: Array) -> Array:
-    """`(H g)_a = sum_b H_ab g_b` from the packed bands: two shifted products per band."""
-    d = g.shape[0]
-    total = None
-    for k in range(d):
-        band = _band(h, d, k)
-        terms = [_shifted(band * g[k:], 0, k)]
-        if k:
-            terms.append(_shifted(band * g[: d - k], k, 0))
-        for term in terms:
-            total = term if total is None else total + term
-    return total
+    """`(H g)_a = sum_b H_ab g_b`: the packed entries gathered into the full matrix,
+    one fused kernel (by bands of shifted products it was two kernels per band)."""
+    return jnp.sum(h[_packed_index(g.shape[0])] * g[None], axis=1)
 
 
 def _outer(g: Array) -> Array:
-    """`g g^T` packed: band k is `g_a g_{a+k}`."""
-    d = g.shape[0]
-    return jnp.concatenate([g[: d - k] * g[k:] for k in range(d)], 0)
+    """`g g^T` packed."""
+    a, b = _pairs(g.shape[0])
+    return g[a] * g[b]
 
 
 def _symmetric_outer(a: Array, b: Array) -> Array:
-    """`a b^T + b a^T` packed: band k is `a_i b_{i+k} + b_i a_{i+k}`."""
-    d = a.shape[0]
-    return jnp.concatenate([a[: d - k] * b[k:] + b[: d - k] * a[k:] for k in range(d)], 0)
+    """`a b^T + b a^T` packed."""
+    i, j = _pairs(a.shape[0])
+    return a[i] * b[j] + b[i] * a[j]
 
 
 def _frobenius(h: Array, k: Array, d: int) -> Array:
     """`<H, K> = sum_ab H_ab K_ab` of two packed symmetric matrices: the main diagonal
-    once, the other bands twice."""
-    if h is k:
-        return jnp.sum(jnp.square(h[:d]), 0) + 2 * jnp.sum(jnp.square(h[d:]), 0)
-    return jnp.sum(h[:d] * k[:d], 0) + 2 * jnp.sum(h[d:] * k[d:], 0)
+    once, the other bands twice (weights on the whole array: a slice of the other bands
+    was copied into a buffer of its own before the reduction)."""
+    weight = np.where(np.arange(h.shape[0]) < d, 1.0, 2.0).reshape((-1,) + (1,) * (h.ndim - 1))
+    product = jnp.square(h) if h is k else h * k
+    return jnp.sum(product * weight.astype(product.dtype), 0)
 
 
 def _dot(a: Array, b: Array) -> Array:
