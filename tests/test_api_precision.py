@@ -233,3 +233,21 @@ def test_an_order_past_what_the_dtype_can_carry_raises():
         taylax.derivative(jnp.exp, 300)(jnp.float32(0.3))
     with pytest.raises(ValueError, match=r"order 40 is past .* float16 .*float64"):
         taylax.derivatives(jnp.sin, 40)(jnp.float16(0.3))
+
+
+def test_unscaled_fallback_per_point_under_vmap():
+    # 1/(1.2 - t) in float32 at order 100: its derivatives k!/r^(k+1) (r = 1.2 - t) overflow
+    # the pass along the stretched line (h = 38, coefficients (h/r)^k) from order 25 at
+    # r = 1, where the unscaled pass still has them. `lax.cond` skips that pass when
+    # nothing overflows; under vmap both run and each point keeps its own.
+    def f(t):
+        return 1 / (1.2 - t)
+
+    points = [np.float32(0.2), np.float32(-3.0)]
+    batched = jax.vmap(taylax.derivatives(f, 100))(jnp.asarray(points), jnp.ones(2, jnp.float32))
+    for i, t in enumerate(points):
+        r = mpmath.mpf(1.2) - mpmath.mpf(float(t))
+        want = [mpmath.factorial(k) / r ** (k + 1) for k in range(101)]
+        alone = taylax.derivatives(f, 100)(t)
+        for got in (batched[i], alone):
+            assert_matches_where_representable(got, want, jnp.float32, 4, f"t={t}")

