@@ -168,29 +168,25 @@ def _merged(scaled, unscaled):
     return jnp.where(jnp.isfinite(scaled), scaled, jnp.where(usable, unscaled, scaled))
 
 
-def _with_unscaled_fallback(
-    derivs: list, inexact: list, order: int, unscaled_pass: Callable
-) -> list:
-    """`derivs` (from the pass along `h` times the direction) merged with the unscaled
-    pass's (`_merged`) where any of them is not finite.
+def _with_unscaled_fallback(scaled: list, unscaled: Callable[[], list]) -> list:
+    """The derivatives `scaled` (from the pass along `h` times the direction) merged order
+    by order with `unscaled()`'s (`_merged`) where any of them is not finite.
 
     The unscaled pass runs under `lax.cond`, so a program that is not batched skips it
-    when every scaled derivative is finite (the usual case: it ran 0.3 sin(t) t^10 at
-    order 100 in 100 instead of 170 us per call); under `vmap` both branches run, as
-    before.
+    when every scaled derivative is finite, the usual case (0.3 sin(t) t^10 with `v` an
+    argument, float64: 121 -> 58 us per call at order 100); under `vmap` both branches run.
     """
 
-    def merged(derivs):
-        _, plain = unscaled_pass()
-        return [
-            _merged(d, _to_derivatives(p, order, 1.0, exact=True)) if i else d
-            for d, p, i in zip(derivs, plain, inexact)
-        ]
+    def inexact(c):
+        return jnp.issubdtype(c.dtype, jnp.inexact)
 
-    checked = [jnp.all(jnp.isfinite(d)) for d, i in zip(derivs, inexact) if i]
+    def merged(scaled):
+        return [_merged(c, u) if inexact(c) else c for c, u in zip(scaled, unscaled())]
+
+    checked = [jnp.all(jnp.isfinite(c)) for c in scaled if inexact(c)]
     if not checked:
-        return derivs
-    return lax.cond(functools.reduce(jnp.logical_and, checked), lambda d: d, merged, derivs)
+        return scaled
+    return lax.cond(functools.reduce(jnp.logical_and, checked), lambda c: c, merged, scaled)
 
 
 def _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order: int, unit: bool, scale: float):
@@ -220,9 +216,15 @@ def _derivatives_program(order: int, unit: bool = False):
             inexact = [bool(order) and jnp.issubdtype(p.dtype, jnp.inexact) for p in primals]
             coeffs = [_to_derivatives(c, order, scale) if i else c for c, i in zip(coeffs, inexact)]
             if scale != 1.0:
-                coeffs = _with_unscaled_fallback(
-                    coeffs, inexact, order, lambda: _taylor_pass(*args, 1.0)
-                )
+
+                def unscaled():
+                    _, plain = _taylor_pass(*args, 1.0)
+                    return [
+                        _to_derivatives(c, order, 1.0, exact=True) if i else c
+                        for c, i in zip(plain, inexact)
+                    ]
+
+                coeffs = _with_unscaled_fallback(coeffs, unscaled)
             return [lax.concatenate([p[None], c], 0) for p, c in zip(primals, coeffs)]
 
         return program
@@ -394,11 +396,9 @@ def _jet_program(order: int, factorial_scaled: bool):
             scale = _pass_scale(order, primals)
             primals_out, coeffs = _jet_pass(jaxpr, consts, primals, terms, order, scale, False)
             if scale != 1.0 and order:
-                _, plain = _jet_pass(jaxpr, consts, primals, terms, order, 1.0, True)
-                coeffs = [
-                    _merged(c, u) if jnp.issubdtype(c.dtype, jnp.inexact) else c
-                    for c, u in zip(coeffs, plain)
-                ]
+                coeffs = _with_unscaled_fallback(
+                    coeffs, lambda: _jet_pass(jaxpr, consts, primals, terms, order, 1.0, True)[1]
+                )
             return primals_out, coeffs
 
         return program
