@@ -122,7 +122,7 @@ def _frobenius(h: Array, k: Array, d: int) -> Array:
     once, the other bands twice (weights on the whole array: a slice of the other bands
     was copied into a buffer of its own before the reduction)."""
     weight = np.where(np.arange(h.shape[0]) < d, 1.0, 2.0).reshape((-1,) + (1,) * (h.ndim - 1))
-    product = jnp.square(h) if h is k else h * k
+    product = h * k
     return jnp.sum(product * weight.astype(product.dtype), 0)
 
 
