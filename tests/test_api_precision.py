@@ -238,8 +238,8 @@ def test_an_order_past_what_the_dtype_can_carry_raises():
 def test_unscaled_fallback_per_point_under_vmap():
     # 1/(1.2 - t) in float32 at order 100: its derivatives k!/r^(k+1) (r = 1.2 - t) overflow
     # the pass along the stretched line (h = 38, coefficients (h/r)^k) from order 25 at
-    # r = 1, where the unscaled pass still has them. `lax.cond` skips that pass when
-    # nothing overflows; under vmap both run and each point keeps its own.
+    # r = 1, where the unscaled pass still has them; far from the pole (r = 4.2) nothing
+    # overflows. Batched and alone, each point keeps its own merge.
     def f(t):
         return 1 / (1.2 - t)
 
