@@ -12,6 +12,7 @@ from jax.extend.core import Primitive
 import taylax
 from reference import assert_series_close, nested_jvp_derivatives
 from taylax._count import count_equations
+from taylax._interpret import feeds_only_matmuls
 
 
 def f_scalar(t):
@@ -320,3 +321,32 @@ def test_register_rule_results_are_checked(rule, error, match):
     taylax.register_rule(p)(rule)
     with pytest.raises(error, match=f"'{p.name}'.*{match}"):
         jax.make_jaxpr(taylax.derivatives(lambda x: p.bind(jnp.sin(x)), 2))(0.5)
+
+
+@pytest.mark.parametrize(
+    "use, expected",
+    [
+        (lambda y, x, w: y @ w, True),
+        (lambda y, x, w: w.T @ y, True),
+        (lambda y, x, w: y @ (w * x[0]), False),  # the other operand varies
+        (lambda y, x, w: y @ w + jnp.sum(y), False),  # one reader is not a matmul
+        (lambda y, x, w: y * 2.0, False),
+        (lambda y, x, w: y, False),  # an output of the function
+    ],
+    ids=["right", "left", "varying-matrix", "mixed-readers", "elementwise", "output"],
+)
+def test_rules_are_told_whether_only_matmuls_read_their_output(use, expected):
+    # What lets the tanh rule leave its rows unmarked in a network's hidden layers.
+    seen = []
+    p = _primitive(f"taylax_test_matmul_fed_{len(str(expected))}_{id(use)}")
+
+    @taylax.register_rule(p)
+    def _rule(order, y):
+        seen.append(feeds_only_matmuls())
+        return taylax.Series(2 * y.coeffs)
+
+    w = jnp.arange(6.0).reshape(3, 2)
+    x = jnp.ones(3)
+    jax.make_jaxpr(taylax.derivatives(lambda x: use(p.bind(jnp.sin(x)), x, w), 2))(x, x)
+    assert seen == [expected]
+    assert not feeds_only_matmuls()  # outside a rule

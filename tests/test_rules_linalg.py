@@ -21,7 +21,14 @@ from jax import lax
 from jax.lax import linalg as lax_linalg
 
 import taylax
-from reference import assert_series_close, check_against_oracle, direction, oracle, seeded_rng
+from reference import (
+    all_equations,
+    assert_series_close,
+    check_against_oracle,
+    direction,
+    oracle,
+    seeded_rng,
+)
 from taylax._count import equation_counts
 
 _RNG = np.random.default_rng(3)
@@ -306,3 +313,29 @@ def test_unsupported_forms_raise_clear_errors(fn, message):
     x = np.asarray(M4)
     with pytest.raises(NotImplementedError, match=message):
         taylax.derivatives(fn, 2)(x, np.ones_like(x))
+
+
+# A series times a constant matrix, large enough for real dots (`_SMALL_PRODUCT`): one dot
+# per coefficient row up to degree 8, a single dot over the stacked rows past it.
+_ROW_DOT_W = seeded_rng("row dots").normal(size=(64, 48))
+_ROW_DOT_SIDES = {
+    "series-left": lambda x: jnp.sin(x) @ _ROW_DOT_W,
+    "series-right": lambda x: _ROW_DOT_W.T @ jnp.sin(x).T,
+}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("side", sorted(_ROW_DOT_SIDES))
+def test_series_times_a_constant_matrix(side, dtype):
+    x = seeded_rng(side).normal(size=(8, 64)).astype(dtype)
+    v = direction(side, x.shape, dtype)
+    check_against_oracle(_ROW_DOT_SIDES[side], x, v, [2, 8, 9], context=side)
+
+
+@pytest.mark.parametrize("order, dots", [(1, 2), (8, 9), (9, 1), (16, 1)])
+def test_series_times_a_constant_matrix_takes_one_dot_per_row_up_to_degree_8(order, dots):
+    x = jnp.ones((8, 64))
+    for side, f in _ROW_DOT_SIDES.items():
+        jaxpr = jax.make_jaxpr(taylax.derivatives(f, order))(x, x)
+        found = sum(e.primitive is lax.dot_general_p for e in all_equations(jaxpr))
+        assert found == dots, side

@@ -155,6 +155,14 @@ def test_saturated_tanh_keeps_its_digits(x0, order):
         lambda t: jnp.tanh(t + jnp.sin(t)), lambda t: mpmath.tanh(t + mpmath.sin(t)), x0, order
     )
     assert_matches_mpmath(jnp.tanh, mpmath.tanh, x0, order)
+    # Read only by a matmul: the Riccati rows are left unmarked for XLA to fuse.
+    weights = jnp.asarray([0.25, 0.75])
+    assert_matches_mpmath(
+        lambda t: jnp.tanh((t + jnp.sin(t)) * jnp.ones(2)) @ weights,
+        lambda t: mpmath.tanh(t + mpmath.sin(t)),
+        x0,
+        order,
+    )
 
 
 # Full-degree inputs (a function of sin t) run their recurrences above the unrolled orders

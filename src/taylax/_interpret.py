@@ -14,6 +14,7 @@ from typing import Protocol
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from . import _compat
 from ._series import Series
@@ -208,6 +209,55 @@ def _carries_derivative(aval) -> bool:
     return dtype is not None and jnp.issubdtype(dtype, np.inexact)
 
 
+# Whether every reader of the equation whose rule is running is a `dot_general` with a
+# constant other operand (see `feeds_only_matmuls`); a stack, as rules nest.
+_matmul_fed: list[bool] = []
+
+
+def feeds_only_matmuls() -> bool:
+    """Whether every output of the equation being evaluated is read only by `dot_general`
+    equations whose other operand does not depend on the input (a network's next layer).
+
+    Such a reader needs each coefficient row as its own buffer anyway, so a rule may let
+    XLA fuse its rows freely instead of marking them `computed_once`. False outside a
+    rule, and for outputs of the jaxpr or read inside a sub-program.
+    """
+    return bool(_matmul_fed) and _matmul_fed[-1]
+
+
+def _matmul_fed_equations(jaxpr: _compat.Jaxpr, varying: set) -> set[int]:
+    """Indices of the equations all of whose outputs feed only matmuls with a constant
+    operand (`varying`: the variables that depend on the input)."""
+    readers: dict = {}
+    for eqn in jaxpr.eqns:
+        for k, v in enumerate(eqn.invars):
+            if isinstance(v, _compat.Literal):
+                continue
+            by_matmul = eqn.primitive is lax.dot_general_p and not any(
+                not isinstance(o, _compat.Literal) and o in varying
+                for j, o in enumerate(eqn.invars)
+                if j != k
+            )
+            readers[v] = readers.get(v, True) and by_matmul
+    for v in jaxpr.outvars:
+        if not isinstance(v, _compat.Literal):
+            readers[v] = False
+    return {
+        i
+        for i, eqn in enumerate(jaxpr.eqns)
+        if eqn.outvars and all(readers.get(v, False) for v in eqn.outvars)
+    }
+
+
+def _varying_vars(jaxpr: _compat.Jaxpr, args: Sequence[Series]) -> set:
+    """The variables of `jaxpr` that depend on the inputs that carry a series."""
+    varying = {v for v, a in zip(jaxpr.invars, args, strict=True) if not a.is_constant}
+    for eqn in jaxpr.eqns:
+        if any(not isinstance(v, _compat.Literal) and v in varying for v in eqn.invars):
+            varying.update(eqn.outvars)
+    return varying
+
+
 def eval_jaxpr_series(
     jaxpr: _compat.Jaxpr, consts: Sequence, args: Sequence[Series], order: int
 ) -> list[Series]:
@@ -230,6 +280,7 @@ def eval_jaxpr_series(
 
     groups = _shared_call_groups(jaxpr)
     shared_results: dict[int, list[Series]] = {}
+    matmul_fed = _matmul_fed_equations(jaxpr, _varying_vars(jaxpr, args))
 
     for i, eqn in enumerate(jaxpr.eqns):
         if i in shared_results:
@@ -258,7 +309,12 @@ def eval_jaxpr_series(
         rule = taylor_rules.get(primitive)
         if rule is None:
             raise _missing_rule(primitive)
-        outs = _rule_result(eqn, rule(order, *series_in, **eqn.params), order)
+        _matmul_fed.append(i in matmul_fed)
+        try:
+            result = rule(order, *series_in, **eqn.params)
+        finally:
+            _matmul_fed.pop()
+        outs = _rule_result(eqn, result, order)
         for v, o in zip(eqn.outvars, outs, strict=True):
             write(v, o)
 

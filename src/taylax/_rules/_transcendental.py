@@ -19,7 +19,7 @@ import numpy as np
 from jax import lax
 
 from .. import _series as ks
-from .._interpret import register_rule, taylor_rules
+from .._interpret import feeds_only_matmuls, register_rule, taylor_rules
 from .._series import Series
 from ._arithmetic import log_series
 from ._common import chunked, line_coefficients
@@ -233,6 +233,23 @@ def _polynomial_line_of(fn, kind: str):
 
 
 univariate(lax.tanh_p, _polynomial_line_of(lax.tanh, "tanh"), _tanh, _POLYNOMIAL_MAX_ORDER["tanh"])
+_tanh_line_or_general = taylor_rules[lax.tanh_p]
+
+
+@register_rule(lax.tanh_p)
+def _tanh_rule(order, x, **params):
+    """The closed form along a line or the recurrence; for a tanh read only by matmuls
+    (a network's hidden layer), the Riccati rows unmarked (see `ks._tanh_riccati`).
+
+    The matmul reads each row as its own buffer (`_linalg._row_dots`), so the rows need
+    no marking; the Riccati form is used on a line too, where it fuses as well. Figures
+    for the tanh MLP are at `_row_dots`. Chains of tanh (read by products) keep both.
+    """
+    if ks.unrolled(order) and feeds_only_matmuls():
+        return Series(ks.tanh(x.coeffs, lax.tanh(x.primal), order, rows_once=False))
+    return _tanh_line_or_general(order, x, **params)
+
+
 univariate(lax.tan_p, _polynomial_line_of(lax.tan, "tan"), _tan, _POLYNOMIAL_MAX_ORDER["tan"])
 register_rule(lax.logistic_p)(_logistic)
 
