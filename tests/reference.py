@@ -301,3 +301,13 @@ def all_equations(jaxpr):
         yield eqn
         for sub in jax.extend.core.jaxprs_in_params(eqn.params):
             yield from all_equations(sub)
+
+
+def set_row_dot_bound(monkeypatch, nbytes: int) -> None:
+    """Take one dot per coefficient row from rows of `nbytes` on (`_ROW_DOTS_MIN_BYTES`),
+    with a fresh program cache: programs are cached by the jaxpr, not by this bound."""
+    import taylax._api
+    from taylax._rules import _linalg
+
+    monkeypatch.setattr(_linalg, "_ROW_DOTS_MIN_BYTES", nbytes)
+    monkeypatch.setattr(taylax._api, "_PROGRAMS", type(taylax._api._PROGRAMS)())

@@ -10,9 +10,9 @@ from jax.experimental import jet as jax_jet
 from jax.extend.core import Primitive
 
 import taylax
-from reference import assert_series_close, nested_jvp_derivatives
+from reference import assert_series_close, nested_jvp_derivatives, set_row_dot_bound
 from taylax._count import count_equations
-from taylax._interpret import feeds_only_matmuls
+from taylax._interpret import read_row_by_row
 
 
 def f_scalar(t):
@@ -335,18 +335,23 @@ def test_register_rule_results_are_checked(rule, error, match):
     ],
     ids=["right", "left", "varying-matrix", "mixed-readers", "elementwise", "output"],
 )
-def test_rules_are_told_whether_only_matmuls_read_their_output(use, expected):
-    # What lets the tanh rule leave its rows unmarked in a network's hidden layers.
+@pytest.mark.parametrize("row_bytes", [0, None], ids=["rows-large-enough", "rows-too-small"])
+def test_rules_are_told_whether_their_output_is_read_row_by_row(
+    use, expected, row_bytes, monkeypatch
+):
+    # What lets the tanh rule leave its rows unmarked in a large network's hidden layers.
+    if row_bytes is not None:
+        set_row_dot_bound(monkeypatch, row_bytes)
     seen = []
-    p = _primitive(f"taylax_test_matmul_fed_{len(str(expected))}_{id(use)}")
+    p = _primitive(f"taylax_test_read_by_rows_{id(use)}_{row_bytes}")
 
     @taylax.register_rule(p)
     def _rule(order, y):
-        seen.append(feeds_only_matmuls())
+        seen.append(read_row_by_row())
         return taylax.Series(2 * y.coeffs)
 
     w = jnp.arange(6.0).reshape(3, 2)
     x = jnp.ones(3)
     jax.make_jaxpr(taylax.derivatives(lambda x: use(p.bind(jnp.sin(x)), x, w), 2))(x, x)
-    assert seen == [expected]
-    assert not feeds_only_matmuls()  # outside a rule
+    assert seen == [expected and row_bytes is not None]
+    assert not read_row_by_row()  # outside a rule

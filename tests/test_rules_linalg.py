@@ -28,6 +28,7 @@ from reference import (
     direction,
     oracle,
     seeded_rng,
+    set_row_dot_bound,
 )
 from taylax._count import equation_counts
 
@@ -315,8 +316,9 @@ def test_unsupported_forms_raise_clear_errors(fn, message):
         taylax.derivatives(fn, 2)(x, np.ones_like(x))
 
 
-# A series times a constant matrix, large enough for real dots (`_SMALL_PRODUCT`): one dot
-# per coefficient row up to degree 8, a single dot over the stacked rows past it.
+# A series times a constant matrix with rows of at least `_ROW_DOTS_MIN_BYTES` (lowered
+# here so the test stays small): one dot per coefficient row up to degree 8, a single dot
+# over the stacked rows past it and for smaller rows.
 _ROW_DOT_W = seeded_rng("row dots").normal(size=(64, 48))
 _ROW_DOT_SIDES = {
     "series-left": lambda x: jnp.sin(x) @ _ROW_DOT_W,
@@ -326,15 +328,22 @@ _ROW_DOT_SIDES = {
 
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
 @pytest.mark.parametrize("side", sorted(_ROW_DOT_SIDES))
-def test_series_times_a_constant_matrix(side, dtype):
+def test_series_times_a_constant_matrix(side, dtype, monkeypatch):
+    set_row_dot_bound(monkeypatch, 0)
     x = seeded_rng(side).normal(size=(8, 64)).astype(dtype)
     v = direction(side, x.shape, dtype)
     check_against_oracle(_ROW_DOT_SIDES[side], x, v, [2, 8, 9], context=side)
 
 
-@pytest.mark.parametrize("order, dots", [(1, 2), (8, 9), (9, 1), (16, 1)])
-def test_series_times_a_constant_matrix_takes_one_dot_per_row_up_to_degree_8(order, dots):
-    x = jnp.ones((8, 64))
+@pytest.mark.parametrize(
+    "order, row_bytes, dots",
+    [(1, 0, 2), (8, 0, 9), (9, 0, 1), (16, 0, 1), (8, 8 * 64 * 8, 9), (8, 8 * 64 * 8 + 1, 1)],
+)
+def test_series_times_a_constant_matrix_takes_one_dot_per_large_row_up_to_degree_8(
+    order, row_bytes, dots, monkeypatch
+):
+    set_row_dot_bound(monkeypatch, row_bytes)
+    x = jnp.ones((8, 64))  # rows of 4 KiB
     for side, f in _ROW_DOT_SIDES.items():
         jaxpr = jax.make_jaxpr(taylax.derivatives(f, order))(x, x)
         found = sum(e.primitive is lax.dot_general_p for e in all_equations(jaxpr))

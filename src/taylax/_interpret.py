@@ -14,7 +14,6 @@ from typing import Protocol
 
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from . import _compat
 from ._series import Series
@@ -209,43 +208,51 @@ def _carries_derivative(aval) -> bool:
     return dtype is not None and jnp.issubdtype(dtype, np.inexact)
 
 
-# Whether every reader of the equation whose rule is running is a `dot_general` with a
-# constant other operand (see `feeds_only_matmuls`); a stack, as rules nest.
-_matmul_fed: list[bool] = []
+# Primitives that can read a series operand one coefficient row at a time, each row as
+# its own buffer (a large matmul with a constant matrix: `_rules._linalg`), as a test of
+# the equation and the operand's index. Filled by the rule modules.
+row_readers: dict[_compat.Primitive, Callable[[_compat.JaxprEqn, int], bool]] = {}
+
+# Whether the outputs of the equation whose rule is running are read only row by row (see
+# `read_row_by_row`); a stack, as rules nest.
+_read_by_rows: list[bool] = []
 
 
-def feeds_only_matmuls() -> bool:
-    """Whether every output of the equation being evaluated is read only by `dot_general`
-    equations whose other operand does not depend on the input (a network's next layer).
+def read_row_by_row() -> bool:
+    """Whether every output of the equation being evaluated is read one coefficient row at
+    a time: only by `row_readers` whose other operands do not depend on the input (a
+    network's next layer).
 
-    Such a reader needs each coefficient row as its own buffer anyway, so a rule may let
-    XLA fuse its rows freely instead of marking them `computed_once`. False outside a
-    rule, and for outputs of the jaxpr or read inside a sub-program.
+    Such readers take each row as its own buffer anyway, so a rule may let XLA fuse its
+    rows freely instead of marking them `computed_once`. False outside a rule, and for
+    outputs of the jaxpr or read inside a sub-program.
     """
-    return bool(_matmul_fed) and _matmul_fed[-1]
+    return bool(_read_by_rows) and _read_by_rows[-1]
 
 
-def _matmul_fed_equations(jaxpr: _compat.Jaxpr, varying: set) -> set[int]:
-    """Indices of the equations all of whose outputs feed only matmuls with a constant
-    operand (`varying`: the variables that depend on the input)."""
-    readers: dict = {}
+def _row_read_equations(jaxpr: _compat.Jaxpr, varying: set) -> set[int]:
+    """Indices of the equations all of whose outputs are read only row by row
+    (`varying`: the variables that depend on the input)."""
+    by_rows: dict = {}
     for eqn in jaxpr.eqns:
+        reads = row_readers.get(eqn.primitive)
         for k, v in enumerate(eqn.invars):
             if isinstance(v, _compat.Literal):
                 continue
-            by_matmul = eqn.primitive is lax.dot_general_p and not any(
+            others_constant = not any(
                 not isinstance(o, _compat.Literal) and o in varying
                 for j, o in enumerate(eqn.invars)
                 if j != k
             )
-            readers[v] = readers.get(v, True) and by_matmul
+            rows = reads is not None and others_constant and reads(eqn, k)
+            by_rows[v] = by_rows.get(v, True) and rows
     for v in jaxpr.outvars:
         if not isinstance(v, _compat.Literal):
-            readers[v] = False
+            by_rows[v] = False
     return {
         i
         for i, eqn in enumerate(jaxpr.eqns)
-        if eqn.outvars and all(readers.get(v, False) for v in eqn.outvars)
+        if eqn.outvars and all(by_rows.get(v, False) for v in eqn.outvars)
     }
 
 
@@ -280,7 +287,7 @@ def eval_jaxpr_series(
 
     groups = _shared_call_groups(jaxpr)
     shared_results: dict[int, list[Series]] = {}
-    matmul_fed = _matmul_fed_equations(jaxpr, _varying_vars(jaxpr, args))
+    read_by_rows = _row_read_equations(jaxpr, _varying_vars(jaxpr, args))
 
     for i, eqn in enumerate(jaxpr.eqns):
         if i in shared_results:
@@ -309,11 +316,11 @@ def eval_jaxpr_series(
         rule = taylor_rules.get(primitive)
         if rule is None:
             raise _missing_rule(primitive)
-        _matmul_fed.append(i in matmul_fed)
+        _read_by_rows.append(i in read_by_rows)
         try:
             result = rule(order, *series_in, **eqn.params)
         finally:
-            _matmul_fed.pop()
+            _read_by_rows.pop()
         outs = _rule_result(eqn, result, order)
         for v, o in zip(eqn.outvars, outs, strict=True):
             write(v, o)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jax import Array, lax
 
 from .. import _series as ks
-from .._interpret import register_rule
+from .._interpret import register_rule, row_readers
 from .._series import Series
 
 
@@ -49,12 +49,8 @@ def _dot_general(order, a, b, *, dimension_numbers, **params):
     degree = min(a.degree + b.degree, order)
     x, y = a.coeffs[: degree + 1], b.coeffs[: degree + 1]
     if (a.degree == 0) != (b.degree == 0) and degree <= _ROW_DOTS_MAX_DEGREE:
-        series, matrix = (b, a) if a.degree == 0 else (a, b)
-        m_contract, m_batch = (ac, ab) if a.degree == 0 else (bc, bb)
-        work = math.prod(series.shape) * math.prod(
-            matrix.shape[d] for d in _split_dims(len(matrix.shape), m_contract, m_batch)
-        )
-        if work > _SMALL_PRODUCT:
+        series = b if a.degree == 0 else a
+        if _row_bytes(series.shape, series.dtype) >= _ROW_DOTS_MIN_BYTES:
             return Series(_row_dots(a, b, degree, dimension_numbers, params))
     if a.degree == 0 or b.degree == 0:
         # Linear in the series operand: its coefficient axis is one more free dimension.
@@ -86,11 +82,14 @@ def _row_dots(a: Series, b: Series, degree: int, dimension_numbers, params) -> A
     """One `dot_general` per coefficient row of the series operand, stacked.
 
     The rows of a series are often separate buffers (one per row of a recurrence): a
-    single dot over the stack would first copy them into one. Together with the tanh
-    rule's unmarked rows for matmul readers, a tanh MLP (width 128, batch 2048, float64,
-    two processes, minima of 40 interleaved calls) ran 0.89-0.90x the time at K = 4 and
-    0.68-0.90x at K = 8, 0.98-1.04x at K = 2; its first call took about 0.1 s longer at
-    K = 8 (0.59-0.68 s against 0.49-0.57 s): a dot kernel per row.
+    single dot over the stack first copies them into one, which costs once a row no
+    longer fits in cache. Together with the tanh rule's unmarked rows for row-by-row
+    readers, tanh MLPs (float64, 2-core CPU, one process each, minima of 40-60
+    interleaved calls of `taylax.derivatives(f, K)(x, v)`), time against one dot, at
+    K = 4 / 8, by row size (batch x width):
+    128 x 2048: 0.92 / 0.86; 256 x 1024: 0.94 / 0.87; 64 x 4096: 0.84 / 0.89 (2 MiB rows);
+    128 x 1024: 0.97 / 1.05; 512 x 256: 1.03 / 1.04 (1 MiB); 128 x 512: 1.19 / 1.34;
+    64 x 256: 1.10 / 1.27 (a dot kernel per row costs more than the copy it saves).
     """
     rows = []
     for k in range(degree + 1):
@@ -100,9 +99,25 @@ def _row_dots(a: Series, b: Series, degree: int, dimension_numbers, params) -> A
     return jnp.stack(rows)
 
 
-# Up to this degree a series times a constant matrix is one dot per row (`_row_dots`):
-# a dot kernel each, so the first call grows with it.
+def _row_bytes(shape, dtype) -> int:
+    return math.prod(shape) * jnp.dtype(dtype).itemsize
+
+
+def _dot_reads_rows(eqn, operand: int) -> bool:
+    """`read_row_by_row` for a `dot_general` whose other operand is constant."""
+    aval = eqn.invars[operand].aval
+    return eqn.params.get("out_sharding") is None and (
+        _row_bytes(aval.shape, aval.dtype) >= _ROW_DOTS_MIN_BYTES
+    )
+
+
+row_readers[lax.dot_general_p] = _dot_reads_rows
+
+# A series times a constant matrix is one dot per row (`_row_dots`) up to this degree (a
+# dot kernel each, so the first call grows with it: a tanh MLP of width 128 and batch
+# 2048 at K = 8 compiled in 0.59-0.68 s against 0.49-0.57 s) and from this row size.
 _ROW_DOTS_MAX_DEGREE = 8
+_ROW_DOTS_MIN_BYTES = 2 << 20
 
 # A Cauchy product of small matrices is cheaper as one fused multiply-and-sum than
 # as (degree+1) small dots: XLA:CPU emits every dot as its own kernel, which costs

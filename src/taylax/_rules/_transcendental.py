@@ -19,7 +19,7 @@ import numpy as np
 from jax import lax
 
 from .. import _series as ks
-from .._interpret import feeds_only_matmuls, register_rule, taylor_rules
+from .._interpret import read_row_by_row, register_rule, taylor_rules
 from .._series import Series
 from ._arithmetic import log_series
 from ._common import chunked, line_coefficients
@@ -238,14 +238,14 @@ _tanh_line_or_general = taylor_rules[lax.tanh_p]
 
 @register_rule(lax.tanh_p)
 def _tanh_rule(order, x, **params):
-    """The closed form along a line or the recurrence; for a tanh read only by matmuls
-    (a network's hidden layer), the Riccati rows unmarked (see `ks._tanh_riccati`).
+    """The closed form along a line or the recurrence; for a tanh read only row by row
+    (a large network's hidden layer), the Riccati rows unmarked (see `ks._tanh_riccati`).
 
-    The matmul reads each row as its own buffer (`_linalg._row_dots`), so the rows need
-    no marking; the Riccati form is used on a line too, where it fuses as well. Figures
-    for the tanh MLP are at `_row_dots`. Chains of tanh (read by products) keep both.
+    A row-by-row reader (`_linalg._row_dots`) takes each row as its own buffer, so the
+    rows need no marking; the Riccati form is used on a line too, where it fuses as well.
+    Figures for tanh MLPs are at `_row_dots`. Chains of tanh (read by products) keep both.
     """
-    if ks.unrolled(order) and feeds_only_matmuls():
+    if ks.unrolled(order) and read_row_by_row():
         return Series(ks.tanh(x.coeffs, lax.tanh(x.primal), order, rows_once=False))
     return _tanh_line_or_general(order, x, **params)
 
