@@ -210,8 +210,9 @@ def _carries_derivative(aval) -> bool:
 
 # Primitives that can read a series operand one coefficient row at a time, each row as
 # its own buffer (a large matmul with a constant matrix: `_rules._linalg`), as a test of
-# the equation and the operand's index. Filled by the rule modules.
-row_readers: dict[_compat.Primitive, Callable[[_compat.JaxprEqn, int], bool]] = {}
+# the equation, the operand's index and the order of the pass (its rule decides with the
+# same test). Filled by the rule modules.
+row_readers: dict[_compat.Primitive, Callable[[_compat.JaxprEqn, int, int], bool]] = {}
 
 # Whether the outputs of the equation whose rule is running are read only row by row (see
 # `read_row_by_row`); a stack, as rules nest.
@@ -230,7 +231,7 @@ def read_row_by_row() -> bool:
     return bool(_read_by_rows) and _read_by_rows[-1]
 
 
-def _row_read_equations(jaxpr: _compat.Jaxpr, varying: set) -> set[int]:
+def _row_read_equations(jaxpr: _compat.Jaxpr, varying: set, order: int) -> set[int]:
     """Indices of the equations all of whose outputs are read only row by row
     (`varying`: the variables that depend on the input)."""
     by_rows: dict = {}
@@ -244,7 +245,7 @@ def _row_read_equations(jaxpr: _compat.Jaxpr, varying: set) -> set[int]:
                 for j, o in enumerate(eqn.invars)
                 if j != k
             )
-            rows = reads is not None and others_constant and reads(eqn, k)
+            rows = reads is not None and others_constant and reads(eqn, k, order)
             by_rows[v] = by_rows.get(v, True) and rows
     for v in jaxpr.outvars:
         if not isinstance(v, _compat.Literal):
@@ -287,7 +288,7 @@ def eval_jaxpr_series(
 
     groups = _shared_call_groups(jaxpr)
     shared_results: dict[int, list[Series]] = {}
-    read_by_rows = _row_read_equations(jaxpr, _varying_vars(jaxpr, args))
+    read_by_rows = _row_read_equations(jaxpr, _varying_vars(jaxpr, args), order)
 
     for i, eqn in enumerate(jaxpr.eqns):
         if i in shared_results:

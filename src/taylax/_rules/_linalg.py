@@ -49,9 +49,9 @@ def _dot_general(order, a, b, *, dimension_numbers, **params):
     (ac, bc), (ab, bb) = dimension_numbers
     degree = min(a.degree + b.degree, order)
     x, y = a.coeffs[: degree + 1], b.coeffs[: degree + 1]
-    if (a.degree == 0) != (b.degree == 0) and degree <= _ROW_DOTS_MAX_DEGREE:
+    if (a.degree == 0) != (b.degree == 0):
         series = b if a.degree == 0 else a
-        if _row_bytes(series.shape, series.dtype) >= _ROW_DOTS_MIN_BYTES:
+        if _takes_row_dots(series.shape, series.dtype, degree):
             return Series(_row_dots(a, b, degree, dimension_numbers, params))
     if a.degree == 0 or b.degree == 0:
         # Linear in the series operand: its coefficient axis is one more free dimension.
@@ -100,16 +100,18 @@ def _row_dots(a: Series, b: Series, degree: int, dimension_numbers, params) -> A
     return jnp.stack(rows)
 
 
-def _row_bytes(shape, dtype) -> int:
-    return math.prod(shape) * jnp.dtype(dtype).itemsize
+def _takes_row_dots(shape, dtype, degree: int) -> bool:
+    """Whether a series of `degree` with rows of `shape` times a constant matrix is one
+    dot per row (the rule and its `row_readers` entry decide with this one test)."""
+    row_bytes = math.prod(shape) * jnp.dtype(dtype).itemsize
+    return degree <= _ROW_DOTS_MAX_DEGREE and row_bytes >= _ROW_DOTS_MIN_BYTES
 
 
-def _dot_reads_rows(eqn, operand: int) -> bool:
-    """`read_row_by_row` for a `dot_general` whose other operand is constant."""
+def _dot_reads_rows(eqn, operand: int, order: int) -> bool:
+    """`read_row_by_row` for a `dot_general` whose other operand is constant: the series
+    reaching it has a degree of at most `order`."""
     aval = eqn.invars[operand].aval
-    return eqn.params.get("out_sharding") is None and (
-        _row_bytes(aval.shape, aval.dtype) >= _ROW_DOTS_MIN_BYTES
-    )
+    return eqn.params.get("out_sharding") is None and _takes_row_dots(aval.shape, aval.dtype, order)
 
 
 row_readers[lax.dot_general_p] = _dot_reads_rows
