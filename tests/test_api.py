@@ -11,6 +11,7 @@ from jax.extend.core import Primitive
 
 import taylax
 from reference import assert_series_close, nested_jvp_derivatives, set_row_dot_bound
+from taylax import _series as ks
 from taylax._count import count_equations
 from taylax._interpret import read_row_by_row
 
@@ -355,3 +356,34 @@ def test_rules_are_told_whether_their_output_is_read_row_by_row(
     jax.make_jaxpr(taylax.derivatives(lambda x: use(p.bind(jnp.sin(x)), x, w), 2))(x, x)
     assert seen == [expected and row_bytes is not None]
     assert not read_row_by_row()  # outside a rule
+
+
+_ROWS_BOUND = ks.ROW_PRODUCT_MAX_ORDER
+
+
+@pytest.mark.parametrize(
+    "use, order, expected",
+    [
+        (lambda y, t: y / (1 + t**2), 12, True),
+        (lambda y, t: y / (1 + t**2), _ROWS_BOUND, True),
+        (lambda y, t: y / (1 + t**2), _ROWS_BOUND + 1, False),  # rows cost K^2 equations
+        (lambda y, t: y / (1 + t**2), ks.UNROLL_MAX_ORDER, False),  # rows there anyway
+        (lambda y, t: y / jnp.cos(t), 12, True),  # the denominator's degree is not static
+        (lambda y, t: (1 + t**2) / y, 12, False),  # the denominator
+        (lambda y, t: y / (1 + t**2) + y, 12, False),  # read elsewhere too
+    ],
+    ids=["order-12", "bound", "above-bound", "unrolled", "any-denominator", "denominator", "mixed"],
+)
+def test_a_division_reads_its_numerator_row_by_row(use, order, expected):
+    # What makes a product over a low-degree series (exp(-t^2/2) cos(3t) / (1 + t^2))
+    # give its rows as buffers of their own above the unrolled orders (`ks.cauchy`).
+    seen = []
+    p = _primitive(f"taylax_test_division_reads_rows_{order}_{id(use)}")
+
+    @taylax.register_rule(p)
+    def _rule(order, y):
+        seen.append(read_row_by_row())
+        return taylax.Series(2 * y.coeffs)
+
+    jax.make_jaxpr(taylax.derivatives(lambda t: use(p.bind(jnp.sin(t)), t), order))(0.3)
+    assert seen == [expected]

@@ -20,7 +20,14 @@ import pytest
 from jax import lax
 
 import taylax
-from reference import assert_series_close, case_params, check_against_oracle, direction, oracle
+from reference import (
+    all_equations,
+    assert_series_close,
+    case_params,
+    check_against_oracle,
+    direction,
+    oracle,
+)
 
 BASE_ORDERS = (0, 1, 2, 6)
 HIGH_ORDER = 10
@@ -52,6 +59,20 @@ CASES = [
     Case("add_const", lambda x: jnp.sin(x) + 2.5, ANY, C3),
     Case("sub", lambda x: jnp.sin(x) - x * x, ANY, C3),
     Case("sub_const_first", lambda x: 1.5 - jnp.exp(x), ANY, C3),
+    # Operands of different degrees and shapes: only the rows both have are summed, the
+    # rest are the higher operand's, broadcast (and negated when it is subtracted).
+    Case("add_const_bcast", lambda x: jnp.sin(x)[:, None] + jnp.arange(2.0), ANY, C3),
+    Case(
+        "add_scalar_series", lambda x: jnp.sum(jnp.sin(x)) + 0.5 * x * x, ANY, C3, per_point=False
+    ),
+    Case(
+        "sub_from_const_array",
+        lambda x: jnp.arange(3.0) - jnp.sum(jnp.exp(x)),
+        ANY,
+        C3,
+        per_point=False,
+    ),
+    Case("sub_line", lambda x: 2.0 * x - jnp.sin(x), ANY, C3),
     Case("mul", lambda x: jnp.sin(x) * jnp.exp(x), ANY, C3),
     Case("mul_const", lambda x: 3.0 * jnp.sin(x), ANY, C3),
     Case("div", lambda x: jnp.exp(x) / (1.5 + jnp.sin(x)), ANY, C3),
@@ -228,6 +249,31 @@ def test_oracle_matches_closed_forms():
     w = np.asarray(0.5 - 1.0j)
     expected = np.asarray([z**3, 3 * z**2 * w, 6 * z * w**2, 6 * w**3, 0.0])
     np.testing.assert_allclose(oracle(lambda t: t**3, z, w, 4), expected, rtol=1e-14)
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda t: jnp.exp(jnp.sin(t)) - 1.0,
+        lambda t: 1.5 - jnp.sin(t) * t,
+        lambda t: jnp.sin(t) + jnp.asarray([0.5, 2.0]),
+        lambda t: t + jnp.sin(t),
+    ],
+    ids=["minus-constant", "constant-minus", "plus-constant-array", "line-plus-series"],
+)
+def test_sums_leave_the_rows_only_one_operand_has_alone(f):
+    # A bias on a matmul's series, `1 + t^2`: the higher rows are passed through, not
+    # added to padded zeros, so XLA can forward them (a slice of the sum is the operand's).
+    jaxpr = jax.make_jaxpr(taylax.derivatives(f, 6))(0.3)
+    eqns = list(all_equations(jaxpr))
+    zero_padded = {
+        e.outvars[0]
+        for e in eqns
+        if e.primitive.name == "pad" and e.params["padding_config"][0][1] > 0
+    }
+    sums = [e for e in eqns if e.primitive.name in ("add", "sub")]
+    variables = [[v for v in e.invars if not isinstance(v, jax.extend.core.Literal)] for e in sums]
+    assert sums and not [vs for vs in variables if any(v in zero_padded for v in vs)]
 
 
 def test_assert_series_close_semantics():

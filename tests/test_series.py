@@ -17,7 +17,12 @@ import numpy as np
 import pytest
 
 import taylax
-from reference import assert_series_close, nested_jvp_derivatives, set_row_dot_bound
+from reference import (
+    all_equations,
+    assert_series_close,
+    nested_jvp_derivatives,
+    set_row_dot_bound,
+)
 from taylax import _series as ks
 from taylax._count import count_equations
 
@@ -140,9 +145,42 @@ def test_low_degree_recurrences_match_mpmath(name, order):
         assert_matches_mpmath(*LOW_DEGREE[name], x0, order)
 
 
+@pytest.mark.parametrize("x0", [0.7, -1.3, 0.4 + 0.3j])
+@pytest.mark.parametrize("order", [12, ks.ROW_PRODUCT_MAX_ORDER])
+def test_product_over_low_degree_denominator_matches_mpmath(order, x0):
+    # Read only by the division, the product's rows are buffers of their own
+    # (`ks.cauchy(by_rows=True)`) and the division reads them one per coefficient.
+    assert_matches_mpmath(
+        damped_wave,
+        lambda t: mpmath.exp(-(t**2) / 2) * mpmath.cos(3 * t) / (1 + t**2),
+        x0,
+        order,
+    )
+
+    # Read elsewhere too, the product is one shifted sum and the division multiplies it
+    # by the reciprocal's rows.
+    def twice_read(t):
+        p = jnp.exp(-(t**2) / 2) * jnp.cos(3 * t)
+        return p / (1 + t**2) + p
+
+    assert_matches_mpmath(
+        twice_read,
+        lambda t: mpmath.exp(-(t**2) / 2) * mpmath.cos(3 * t) * (1 / (1 + t**2) + 1),
+        x0,
+        order,
+    )
+
+    def shifted_sums(f):  # the (2K+1)-row pad of a shifted sum's operand
+        jaxpr = jax.make_jaxpr(taylax.derivatives(f, order))(0.3)
+        return [e for e in all_equations(jaxpr) if e.outvars[0].aval.shape == (2 * order + 1,)]
+
+    assert not shifted_sums(damped_wave)
+    assert shifted_sums(twice_read)
+
+
 @pytest.mark.parametrize("order", [12, 24])
 def test_full_numerator_over_low_degree_denominator_complex_matches_mpmath(order):
-    # Above order 8 a full numerator is multiplied by the reciprocal's rows (`ks.divide`).
+    # Above order 8 a closed-form numerator is read one row per coefficient (`ks.divide`).
     assert_matches_mpmath(*LOW_DEGREE["cos(3t)/(1+t^2)"], 0.4 + 0.3j, order)
 
 
@@ -340,12 +378,13 @@ def test_low_degree_recurrences_run_unrolled_and_grow_linearly():
     t = jnp.linspace(0.5, 1.5, 256)
     hlo = _compiled_module(jax.vmap(taylax.derivatives(damped_wave, order)), t)
     assert "while" not in hlo
+    # (From above `ROW_PRODUCT_MAX_ORDER`: up to it the product over 1 + t^2 is row sums.)
     counts = {
         k: count_equations(jax.make_jaxpr(taylax.derivatives(damped_wave, k))(0.3))
-        for k in (16, 24, ks.UNROLL_LOW_DEGREE_MAX_ORDER)
+        for k in (18, 25, ks.UNROLL_LOW_DEGREE_MAX_ORDER)
     }
-    assert ks.UNROLL_LOW_DEGREE_MAX_ORDER == 32
-    assert counts[32] - counts[24] == counts[24] - counts[16], counts
+    assert ks.UNROLL_LOW_DEGREE_MAX_ORDER == 32 and ks.ROW_PRODUCT_MAX_ORDER < 18
+    assert counts[32] - counts[25] == counts[25] - counts[18], counts
     # Past `UNROLL_LOW_DEGREE_MAX_ORDER` the loops take over again (XLA's compile time grows
     # faster than the unrolled program).
     looped = jax.make_jaxpr(taylax.derivatives(damped_wave, ks.UNROLL_LOW_DEGREE_MAX_ORDER + 1))

@@ -209,10 +209,11 @@ def _carries_derivative(aval) -> bool:
 
 
 # Primitives that can read a series operand one coefficient row at a time, each row as
-# its own buffer (a large matmul with a constant matrix: `_rules._linalg`), as a test of
-# the equation, the operand's index and the order of the pass (its rule decides with the
-# same test). Filled by the rule modules.
-row_readers: dict[_compat.Primitive, Callable[[_compat.JaxprEqn, int, int], bool]] = {}
+# its own buffer (a large matmul with a constant matrix: `_rules._linalg`; the numerator
+# of a division: `_rules._arithmetic`), as a test of the equation, the operand's index,
+# the order of the pass and whether the other operands are constant (its rule decides
+# with the same test). Filled by the rule modules.
+row_readers: dict[_compat.Primitive, Callable[[_compat.JaxprEqn, int, int, bool], bool]] = {}
 
 # Whether the outputs of the equation whose rule is running are read only row by row (see
 # `read_row_by_row`); a stack, as rules nest.
@@ -225,8 +226,9 @@ def read_row_by_row() -> bool:
     network's next layer).
 
     Such readers take each row as its own buffer anyway, so a rule may let XLA fuse its
-    rows freely instead of marking them `computed_once`. False outside a rule, and for
-    outputs of the jaxpr or read inside a sub-program.
+    rows freely instead of marking them `computed_once`, or give its rows as buffers of
+    their own (a product). False outside a rule, and for outputs of the jaxpr or read
+    inside a sub-program.
     """
     return bool(_read_by_rows) and _read_by_rows[-1]
 
@@ -245,7 +247,7 @@ def _row_read_equations(jaxpr: _compat.Jaxpr, varying: set, order: int) -> set[i
                 for j, o in enumerate(eqn.invars)
                 if j != k
             )
-            rows = reads is not None and others_constant and reads(eqn, k, order)
+            rows = reads is not None and reads(eqn, k, order, others_constant)
             by_rows[v] = by_rows.get(v, True) and rows
     for v in jaxpr.outvars:
         if not isinstance(v, _compat.Literal):

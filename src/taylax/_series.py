@@ -354,7 +354,7 @@ def toeplitz(b: Array, rows: int, cols: int) -> Array:
     return jnp.swapaxes(skewed, 0, 1)
 
 
-def cauchy(a: Array, b: Array, order: int) -> Array:
+def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
     """Elementwise product of two stacked series, truncated at `order`.
 
     `c_k = sum_{i} a_i b_{k-i}`. Up to degree `UNROLL_MAX_ORDER`, one sum of row
@@ -365,6 +365,9 @@ def cauchy(a: Array, b: Array, order: int) -> Array:
     it stays elementwise. Scalar series broadcast like lax does. The program grows
     linearly in the lower degree above the unrolled range (a few equations per
     coefficient).
+
+    `by_rows` (for a product read one row at a time, see `ROW_PRODUCT_MAX_ORDER`) keeps
+    the row sums up to that order.
     """
     ndim = max(a.ndim, b.ndim) - 1
     a, b = lift(a, ndim), lift(b, ndim)
@@ -374,7 +377,7 @@ def cauchy(a: Array, b: Array, order: int) -> Array:
         a, b, da, db = b, a, db, da
     if da == 0:
         return pad_degree(a * b, degree) if db > degree else a * b
-    if degree <= UNROLL_MAX_ORDER:
+    if degree <= UNROLL_MAX_ORDER or (by_rows and degree <= ROW_PRODUCT_MAX_ORDER):
         # A padded operand under vmap is a (N, 2K+1) array whose pad XLA:CPU fuses with
         # its producer into a slow kernel, and the shifted slices of the coefficient axis
         # are the minor axis. Rows read the operands' coefficients directly. Rows against
@@ -514,6 +517,12 @@ UNROLL_MAX_ORDER = 8
 UNROLL_MAX_DEGREE = 4
 UNROLL_LOW_DEGREE_MAX_ORDER = 32
 
+# A product whose only readers take it row by row (the numerator of such a division,
+# see `divide`) is a sum of row products up to this order, so the reader gets each row
+# as its own buffer. Quadratic in the order, hence the bound; read as one stack instead,
+# rows ran 1.0-1.6x slower than the shifted sum at order 16.
+ROW_PRODUCT_MAX_ORDER = 16
+
 
 def unrolled(order: int, degree: int | None = None) -> bool:
     """Whether a recurrence of `order` whose known factor has `degree` runs unrolled."""
@@ -547,7 +556,27 @@ def _derivative_rows(x: Array, dtype, order: int) -> tuple[list, list]:
 
 
 def _stack_rows(rows: list[Array], shape, dtype) -> Array:
-    return jnp.stack([jnp.broadcast_to(jnp.asarray(r, dtype), shape) for r in rows])
+    stacked = jnp.stack([jnp.broadcast_to(jnp.asarray(r, dtype), shape) for r in rows])
+    return mark_separate_rows(stacked)
+
+
+# Stacked arrays whose rows XLA reads without a pass over the whole stack: rows stacked
+# from their own buffers (a slice of the stack is the buffer) and closed forms along a
+# line (a row is recomputed from the primal's few buffers). Under `vmap` a row of any
+# other stack is a column of a (points, coefficients) array, which costs a pass over all
+# of it: recurrences that read `a_k` for each k ask this first (see `divide`).
+_SEPARATE_ROWS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def mark_separate_rows(c: Array) -> Array:
+    """Record that the rows of the stacked array `c` can be read one at a time cheaply."""
+    _SEPARATE_ROWS[id(c)] = c
+    return c
+
+
+def has_separate_rows(c: Array) -> bool:
+    """Whether `mark_separate_rows` recorded `c` (this very array, not an equal one)."""
+    return _SEPARATE_ROWS.get(id(c)) is c
 
 
 # Above the unrolled range, recurrences run by blocks of `RECURRENCE_BLOCK` rows: a
@@ -694,9 +723,18 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
     a, b = lift(a, ndim), lift(b, ndim)
     shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
     dtype = jnp.result_type(a, b)
-    if order > UNROLL_MAX_ORDER and unrolled(order, degree_of(b)) and degree_of(a) > degree_of(b):
+    if (
+        order > UNROLL_MAX_ORDER
+        and unrolled(order, degree_of(b))
+        and degree_of(a) > degree_of(b)
+        and not has_separate_rows(a)
+    ):
         # Row k of the recurrence reads a_k: under vmap a column of the stacked `a`, one
-        # pass over all of it per row. `a * (1/b)` reads `a` once: the reciprocal's rows
+        # pass over all of it per row, unless `a`'s rows are buffers or closed forms of
+        # their own (`has_separate_rows`; cos(3t) over 1 + t^2 at N = 65,536, orders
+        # 12 / 16 / 24 / 32, one process: 0.56 / 0.21 / 0.22 / 0.64x this form, and
+        # 0.23 / 0.30x for exp(-t^2/2) cos(3t) at 12 / 16 with the product as rows,
+        # `ROW_PRODUCT_MAX_ORDER`). `a * (1/b)` reads `a` once: the reciprocal's rows
         # come from b's few coefficients, the product is one kernel. Against the product
         # with the reciprocal stacked by selects (cos(3t), exp(sin t), exp(-t^2/2) cos(3t)
         # over 1 + t^2 and sqrt(1 + t^2) sin(t) over 2 + t, orders 12-32, N = 4,096 /

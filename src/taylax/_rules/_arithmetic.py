@@ -9,12 +9,40 @@ import numpy as np
 from jax import lax
 
 from .. import _series as ks
-from .._interpret import register_rule, taylor_rules
+from .._interpret import read_row_by_row, register_rule, row_readers, taylor_rules
 from .._series import Series
 from ._common import aligned, chunked, defconstant, defelementwise_linear, weighted_sum
 
 for _p in (lax.add_p, lax.sub_p, lax.neg_p, lax.copy_p):
     defelementwise_linear(_p)
+
+
+def _defsum(prim, negate_right: bool) -> None:
+    """`x + y` / `x - y` that touches only the rows both operands have.
+
+    The rows above the lower degree (a bias added to a matmul's series, `1 + t^2`) are the
+    higher operand's own: they are passed through, not added to padded zeros, so XLA can
+    forward them (a slice of the result is the operand's row, not a new sum).
+    """
+
+    def rule(order, x, y):
+        del order
+        low = min(x.degree, y.degree)
+        if x.degree == y.degree:
+            return Series(prim.bind(*aligned((x, y))))
+        shape = jnp.broadcast_shapes(x.shape, y.shape)
+        top, flip = (x, False) if x.degree > y.degree else (y, negate_right)
+        rest = lax.slice_in_dim(top.coeffs, low + 1, top.degree + 1)
+        if top.shape != shape:
+            rest = jnp.broadcast_to(ks.lift(rest, len(shape)), rest.shape[:1] + shape)
+        rows = prim.bind(*aligned((x, y), low))
+        return Series(jnp.concatenate([rows, -rest if flip else rest]))
+
+    register_rule(prim)(rule)
+
+
+_defsum(lax.add_p, negate_right=False)
+_defsum(lax.sub_p, negate_right=True)
 
 
 @register_rule(lax.reduce_precision_p)
@@ -85,9 +113,9 @@ def _stacked_pair(x: Series, y: Series):
     return ks.lift(x.coeffs, ndim), ks.lift(y.coeffs, ndim)
 
 
-def _product(order, x, y):
+def _product(order, x, y, by_rows=False):
     a, b = _stacked_pair(x, y)
-    return Series(ks.cauchy(a, b, order))
+    return Series(ks.cauchy(a, b, order, by_rows))
 
 
 @register_rule(lax.mul_p)
@@ -96,7 +124,7 @@ def _mul(order, x, y, **params):
     direction = _scaled_direction(x, y, operator.mul)
     if direction is None:
         direction = _scaled_direction(y, x, operator.mul)
-    return _marked(_product(order, x, y), direction)
+    return _marked(_product(order, x, y, by_rows=read_row_by_row()), direction)
 
 
 @register_rule(lax.square_p)
@@ -119,6 +147,18 @@ def _div(order, x, y, **params):
         return _quotient_chunked(order, x, y)
     direction = _scaled_direction(x, y, lambda d, c: d / c if c else None)
     return _marked(_quotient(order, x, y), direction)
+
+
+def _div_reads_rows(eqn, operand: int, order: int, others_constant: bool) -> bool:
+    """A division by a series of low degree reads its numerator one row per coefficient
+    (`ks.divide`) when the numerator's rows are buffers of their own: a product read
+    only here then gives its rows as such (`ks.ROW_PRODUCT_MAX_ORDER`). Up to
+    `UNROLL_MAX_ORDER` products are rows anyway."""
+    del eqn, others_constant
+    return operand == 0 and ks.UNROLL_MAX_ORDER < order <= ks.ROW_PRODUCT_MAX_ORDER
+
+
+row_readers[lax.div_p] = _div_reads_rows
 
 
 def integer_power(c, n: int, order: int):

@@ -107,11 +107,15 @@ def _takes_row_dots(shape, dtype, degree: int) -> bool:
     return degree <= _ROW_DOTS_MAX_DEGREE and row_bytes >= _ROW_DOTS_MIN_BYTES
 
 
-def _dot_reads_rows(eqn, operand: int, order: int) -> bool:
+def _dot_reads_rows(eqn, operand: int, order: int, others_constant: bool) -> bool:
     """`read_row_by_row` for a `dot_general` whose other operand is constant: the series
     reaching it has a degree of at most `order`."""
     aval = eqn.invars[operand].aval
-    return eqn.params.get("out_sharding") is None and _takes_row_dots(aval.shape, aval.dtype, order)
+    return (
+        others_constant
+        and eqn.params.get("out_sharding") is None
+        and _takes_row_dots(aval.shape, aval.dtype, order)
+    )
 
 
 row_readers[lax.dot_general_p] = _dot_reads_rows

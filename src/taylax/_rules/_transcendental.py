@@ -82,7 +82,7 @@ def univariate(prim, line_coeffs, general, line_max_order: int | None = None):
             known = ks.line_direction(x.coeffs) is not None
             if known or ks.derivative_scale(order, x.dtype) == 1.0:
                 line = functools.partial(line_coeffs, x.primal, order)
-                return Series(ks.along_line(x.coeffs, line, order))
+                return Series(ks.mark_separate_rows(ks.along_line(x.coeffs, line, order)))
         return general(order, x)
 
     register_rule(prim)(rule)
