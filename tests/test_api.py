@@ -358,7 +358,7 @@ def test_rules_are_told_whether_their_output_is_read_row_by_row(
     assert not read_row_by_row()  # outside a rule
 
 
-_ROWS_BOUND = ks.ROW_PRODUCT_MAX_ORDER
+_ROWS_BOUND = ks.ROWS_MAX_ORDER
 
 
 @pytest.mark.parametrize(

@@ -88,15 +88,17 @@ def test_rule_on_full_series(name):
     check_full_series(name, 6)
 
 
-# The recurrences run unrolled up to `ks.UNROLL_MAX_ORDER` and as loops above it. The table
-# above runs unrolled (order 6); these rules also run through their loops (forced at order 5
-# by setting the threshold to 0; a different order, so no cached program is reused).
+# The recurrences run unrolled up to `ks.UNROLL_MAX_ORDER` (`ks.ROWS_MAX_ORDER` on inputs
+# with rows of their own) and as loops above it. The table above runs unrolled (order 6);
+# these rules also run through their loops (forced at order 5 by setting both thresholds
+# to 0; a different order, so no cached program is reused).
 LOOP_CASES = ("exp", "sin", "tanh", "log", "sqrt", "pow_2.5", "reciprocal", "div", "atan", "mul")
 
 
 @pytest.mark.parametrize("name", LOOP_CASES)
 def test_rule_on_full_series_through_loops(name, monkeypatch):
     monkeypatch.setattr(ks, "UNROLL_MAX_ORDER", 0)
+    monkeypatch.setattr(ks, "ROWS_MAX_ORDER", 0)
     check_full_series(name, 5)
 
 
@@ -145,27 +147,42 @@ def test_low_degree_recurrences_match_mpmath(name, order):
         assert_matches_mpmath(*LOW_DEGREE[name], x0, order)
 
 
+def _summed_exps(t):  # a sum over an array: a stacked series, not rows of its own
+    return jnp.sum(jnp.exp(t * jnp.asarray([0.5, -0.25])))
+
+
+def _summed_exps_mp(t):
+    return mpmath.exp(t / 2) + mpmath.exp(-t / 4)
+
+
 @pytest.mark.parametrize("x0", [0.7, -1.3, 0.4 + 0.3j])
-@pytest.mark.parametrize("order", [12, ks.ROW_PRODUCT_MAX_ORDER])
-def test_product_over_low_degree_denominator_matches_mpmath(order, x0):
-    # Read only by the division, the product's rows are buffers of their own
-    # (`ks.cauchy(by_rows=True)`) and the division reads them one per coefficient.
+@pytest.mark.parametrize("order", [12, ks.ROWS_MAX_ORDER])
+def test_products_and_divisions_in_rows_match_mpmath(order, x0):
+    # Factors with rows of their own (a recurrence's, a closed form's): the product is
+    # row sums and the division reads them one per coefficient (`ks.has_separate_rows`).
+    def exp_mp(t):
+        return mpmath.exp(-(t**2) / 2)
+
     assert_matches_mpmath(
-        damped_wave,
-        lambda t: mpmath.exp(-(t**2) / 2) * mpmath.cos(3 * t) / (1 + t**2),
-        x0,
-        order,
+        damped_wave, lambda t: exp_mp(t) * mpmath.cos(3 * t) / (1 + t**2), x0, order
     )
 
-    # Read elsewhere too, the product is one shifted sum and the division multiplies it
-    # by the reciprocal's rows.
-    def twice_read(t):
-        p = jnp.exp(-(t**2) / 2) * jnp.cos(3 * t)
+    # A stacked factor: read only by the division, the product is still row sums
+    # (`ks.cauchy(by_rows=True)`); read elsewhere too, one shifted sum, and the division
+    # multiplies it by the reciprocal's rows.
+    def read_once(t):
+        return jnp.exp(-(t**2) / 2) * _summed_exps(t) / (1 + t**2)
+
+    def read_twice(t):
+        p = jnp.exp(-(t**2) / 2) * _summed_exps(t)
         return p / (1 + t**2) + p
 
     assert_matches_mpmath(
-        twice_read,
-        lambda t: mpmath.exp(-(t**2) / 2) * mpmath.cos(3 * t) * (1 / (1 + t**2) + 1),
+        read_once, lambda t: exp_mp(t) * _summed_exps_mp(t) / (1 + t**2), x0, order
+    )
+    assert_matches_mpmath(
+        read_twice,
+        lambda t: exp_mp(t) * _summed_exps_mp(t) * (1 / (1 + t**2) + 1),
         x0,
         order,
     )
@@ -175,7 +192,8 @@ def test_product_over_low_degree_denominator_matches_mpmath(order, x0):
         return [e for e in all_equations(jaxpr) if e.outvars[0].aval.shape == (2 * order + 1,)]
 
     assert not shifted_sums(damped_wave)
-    assert shifted_sums(twice_read)
+    assert not shifted_sums(read_once)
+    assert shifted_sums(read_twice)
 
 
 @pytest.mark.parametrize("order", [12, 24])
@@ -226,6 +244,7 @@ def test_blocked_recurrences_at_every_block_offset(order, monkeypatch):
     # Forced through the blocks at small orders: the last block ends at the order (4) or
     # past it (1, 2, 7; those rows are computed and dropped), against nested jvp.
     monkeypatch.setattr(ks, "UNROLL_MAX_ORDER", 0)
+    monkeypatch.setattr(ks, "ROWS_MAX_ORDER", 0)
     for name in ("exp", "div", "pow_2.5", "reciprocal"):
         check_full_series(name, order)
 
@@ -244,6 +263,7 @@ def test_blocked_recurrences_at_every_block_offset(order, monkeypatch):
 def test_blocked_recurrences_complex(f, monkeypatch):
     # Complex series through the blocks (row indices are real, rows complex).
     monkeypatch.setattr(ks, "UNROLL_MAX_ORDER", 0)
+    monkeypatch.setattr(ks, "ROWS_MAX_ORDER", 0)
     z = jnp.array([0.3 + 0.2j, -0.5 + 0.7j])
     v = jnp.array([1.0 + 0.5j, 0.3 - 1j])
     assert_series_close(taylax.derivatives(f, 6)(z, v), nested_jvp_derivatives(f, z, v, 6))
@@ -276,6 +296,23 @@ def test_chunked_path_matches_unchunked():
         [taylax.derivatives(f, order)(x[i, :8], v[i, :8]) for i in range(0, 64, 16)], axis=1
     )
     np.testing.assert_allclose(big[:, ::16, :8], small, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("order", [3, ks.UNROLL_MAX_ORDER, ks.ROWS_MAX_ORDER])
+def test_compose_rows_match_the_loop(order):
+    # Faa di Bruno in rows (up to `ROWS_MAX_ORDER`) against the loop (above it), truncated:
+    # coefficient k reads only d_m for m <= k, so the loop's first rows are the same,
+    # non-finite ones included (a power past its smooth order at 0: inf * row = inf or nan).
+    loop_order = ks.ROWS_MAX_ORDER + 1
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(loop_order + 1, 3)))
+    x = x.at[0].set(jnp.asarray([0.0, 0.5, -1.0]))
+    d = jnp.asarray(rng.normal(size=(loop_order + 1, 3))).at[5:, 0].set(jnp.inf)
+    rows = ks.compose(x[: order + 1], d[: order + 1], order)
+    loop = ks.compose(x, d, loop_order)[: order + 1]
+    np.testing.assert_allclose(rows, loop, rtol=1e-13, atol=1e-13)
+    assert np.isnan(rows[order, 0]) == np.isnan(loop[order, 0])
+    assert ks.has_separate_rows(rows) and not ks.has_separate_rows(loop)
 
 
 def test_powers_are_exact_products():
@@ -378,12 +415,12 @@ def test_low_degree_recurrences_run_unrolled_and_grow_linearly():
     t = jnp.linspace(0.5, 1.5, 256)
     hlo = _compiled_module(jax.vmap(taylax.derivatives(damped_wave, order)), t)
     assert "while" not in hlo
-    # (From above `ROW_PRODUCT_MAX_ORDER`: up to it the product over 1 + t^2 is row sums.)
+    # (From above `ROWS_MAX_ORDER`: up to it the product over 1 + t^2 is row sums.)
     counts = {
         k: count_equations(jax.make_jaxpr(taylax.derivatives(damped_wave, k))(0.3))
         for k in (18, 25, ks.UNROLL_LOW_DEGREE_MAX_ORDER)
     }
-    assert ks.UNROLL_LOW_DEGREE_MAX_ORDER == 32 and ks.ROW_PRODUCT_MAX_ORDER < 18
+    assert ks.UNROLL_LOW_DEGREE_MAX_ORDER == 32 and ks.ROWS_MAX_ORDER < 18
     assert counts[32] - counts[25] == counts[25] - counts[18], counts
     # Past `UNROLL_LOW_DEGREE_MAX_ORDER` the loops take over again (XLA's compile time grows
     # faster than the unrolled program).

@@ -366,7 +366,7 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
     linearly in the lower degree above the unrolled range (a few equations per
     coefficient).
 
-    `by_rows` (for a product read one row at a time, see `ROW_PRODUCT_MAX_ORDER`) keeps
+    `by_rows` (for a product read one row at a time, see `ROWS_MAX_ORDER`) keeps
     the row sums up to that order.
     """
     ndim = max(a.ndim, b.ndim) - 1
@@ -377,7 +377,8 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
         a, b, da, db = b, a, db, da
     if da == 0:
         return pad_degree(a * b, degree) if db > degree else a * b
-    if degree <= UNROLL_MAX_ORDER or (by_rows and degree <= ROW_PRODUCT_MAX_ORDER):
+    separate = has_separate_rows(a) and has_separate_rows(b)
+    if degree <= UNROLL_MAX_ORDER or ((by_rows or separate) and degree <= ROWS_MAX_ORDER):
         # A padded operand under vmap is a (N, 2K+1) array whose pad XLA:CPU fuses with
         # its producer into a slow kernel, and the shifted slices of the coefficient axis
         # are the minor axis. Rows read the operands' coefficients directly. Rows against
@@ -517,19 +518,24 @@ UNROLL_MAX_ORDER = 8
 UNROLL_MAX_DEGREE = 4
 UNROLL_LOW_DEGREE_MAX_ORDER = 32
 
-# A product whose only readers take it row by row (the numerator of such a division,
-# see `divide`) is a sum of row products up to this order, so the reader gets each row
-# as its own buffer. Quadratic in the order, hence the bound; read as one stack instead,
-# rows ran 1.0-1.6x slower than the shifted sum at order 16. The first call pays for
-# the rows: exp(-t^2/2) cos(3t) / (1 + t^2) vmapped over 65,536 points, two fresh
-# processes each, 0.60-0.69 s against 0.50-0.53 s at order 12 and 0.81-0.92 s against
-# 0.54-0.58 s at 16, for 10-13 ms less per call.
-ROW_PRODUCT_MAX_ORDER = 16
+# Up to this order, work on rows that are buffers or closed forms of their own
+# (`has_separate_rows`) stays in rows too:
+# - a recurrence whose input has such rows runs unrolled (exp(sin t), cos(t) / (2 +
+#   sin t): a row reads rows, no column of a stack);
+# - a product whose only readers take it row by row (the numerator of a division, see
+#   `divide`) is a sum of row products, so the reader gets each row as its own buffer.
+# Quadratic in the order, hence the bound. Products read as one stack keep the shifted
+# sum (rows ran 1.0-1.6x slower at order 16). The first call pays for the rows:
+# exp(-t^2/2) cos(3t) / (1 + t^2) vmapped over 65,536 points, two fresh processes each,
+# 0.60-0.69 s against 0.50-0.53 s at order 12 and 0.81-0.92 s against 0.54-0.58 s at
+# 16, for 10-13 ms less per call.
+ROWS_MAX_ORDER = 16
 
 
-def unrolled(order: int, degree: int | None = None) -> bool:
-    """Whether a recurrence of `order` whose known factor has `degree` runs unrolled."""
-    if order <= UNROLL_MAX_ORDER:
+def unrolled(order: int, degree: int | None = None, separate_rows: bool = False) -> bool:
+    """Whether a recurrence of `order` whose known factor has `degree` (and, with
+    `separate_rows`, rows of its own: `has_separate_rows`) runs unrolled."""
+    if order <= UNROLL_MAX_ORDER or (separate_rows and order <= ROWS_MAX_ORDER):
         return True
     low = degree is not None and degree <= UNROLL_MAX_DEGREE
     return low and order <= UNROLL_LOW_DEGREE_MAX_ORDER
@@ -673,7 +679,7 @@ def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array
 
     `k y_k = sum_{m<k} u_{k-1-m} (M y)_m` with `u = x'`.
     """
-    if unrolled(order, degree_of(x)):
+    if unrolled(order, degree_of(x), has_separate_rows(x)):
         return _linear_ode_unrolled(x, y0s, matrix, order)
     dtype = jnp.result_type(x, *y0s)
     shape = jnp.broadcast_shapes(x.shape[1:], *[jnp.shape(y0) for y0 in y0s])
@@ -737,7 +743,7 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
         # their own (`has_separate_rows`; cos(3t) over 1 + t^2 at N = 65,536, orders
         # 12 / 16 / 24 / 32, one process: 0.56 / 0.21 / 0.22 / 0.64x this form, and
         # 0.23 / 0.30x for exp(-t^2/2) cos(3t) at 12 / 16 with the product as rows,
-        # `ROW_PRODUCT_MAX_ORDER`). `a * (1/b)` reads `a` once: the reciprocal's rows
+        # `ROWS_MAX_ORDER`). `a * (1/b)` reads `a` once: the reciprocal's rows
         # come from b's few coefficients, the product is one kernel. Against the product
         # with the reciprocal stacked by selects (cos(3t), exp(sin t), exp(-t^2/2) cos(3t)
         # over 1 + t^2 and sqrt(1 + t^2) sin(t) over 2 + t, orders 12-32, N = 4,096 /
@@ -755,7 +761,7 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
             order,
         )
         return with_primal(q, lax.index_in_dim(a, 0, keepdims=False) / b0 if q0 is None else q0)
-    if unrolled(order, degree_of(b)):
+    if unrolled(order, degree_of(b), has_separate_rows(a) and has_separate_rows(b)):
         return _stack_rows(_divide_rows(a, b, order, q0, shape, dtype), shape, dtype)
     span = blocked_span(order)
     a = jnp.broadcast_to(pad_degree(a, span), (span + 1,) + shape).astype(dtype)
@@ -802,7 +808,7 @@ def power(x: Array, p, y0: Array, order: int) -> Array:
     """
     dtype = jnp.result_type(x, y0)
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(y0), jnp.shape(p))
-    if unrolled(order, degree_of(x)):
+    if unrolled(order, degree_of(x), has_separate_rows(x)):
         xs = _rows(x.astype(dtype), order + 1)
         x0 = jnp.asarray(xs[0], dtype)
         ys = [jnp.asarray(y0, dtype)]
@@ -946,9 +952,11 @@ def compose(x: Array, taylor_coeffs: Array, order: int) -> Array:
     smooth order at 0) poisons exactly the coefficients nested jvp poisons.
     O(order^3): used only where the recurrences would divide by zero.
     """
-    x = pad_degree(x, order)
     dtype = jnp.result_type(x, taylor_coeffs)
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(taylor_coeffs)[1:])
+    if order <= ROWS_MAX_ORDER:
+        return _compose_rows(x, taylor_coeffs, order, shape, dtype)
+    x = pad_degree(x, order)
     x = jnp.broadcast_to(x, (order + 1,) + shape).astype(dtype)
     d = jnp.broadcast_to(taylor_coeffs, (order + 1,) + shape).astype(dtype)
     delta = with_primal(x, jnp.zeros(shape, dtype))
@@ -963,6 +971,34 @@ def compose(x: Array, taylor_coeffs: Array, order: int) -> Array:
         return acc, jnp.sum(table * power[None], axis=1)
 
     return fori(order, body, (acc, delta))[0]
+
+
+def _compose_rows(x: Array, taylor_coeffs: Array, order: int, shape, dtype) -> Array:
+    """`compose` unrolled: the powers `(x - x_0)^m` as rows, row `k` of the m-th power a
+    sum over rows of the (m-1)-th (zero below row m, which is never formed or added).
+
+    About order^3 / 6 products of rows that XLA fuses. The loop's Toeplitz table is a
+    batched matmul, a reduce-window and transposes under `vmap`, where `lax.cond` runs
+    both branches: `(2 + sin t) ** 2.5` at order 8 over 65,536 points spent 60 of its
+    70 ms there.
+    """
+    deltas = [None] + _rows(x.astype(dtype), order + 1)[1:]
+    ds = _rows(jnp.asarray(taylor_coeffs, dtype), order + 1)
+    out = [ds[0]] + [None] * order
+    power = deltas  # (delta^m)_k for the current m; None where known to be zero
+    for m in range(1, order + 1):
+        if m > 1:
+            power = [None] * m + [
+                _dot_rows((deltas[i], power[k - i]) for i in range(1, k - m + 2))
+                for k in range(m, order + 1)
+            ]
+        if ds[m] is None:
+            continue
+        for k in range(m, order + 1):
+            if power[k] is not None:
+                term = ds[m] * power[k]
+                out[k] = term if out[k] is None else out[k] + term
+    return _stack_rows([jnp.zeros(shape, dtype) if r is None else r for r in out], shape, dtype)
 
 
 # Lines `x_0 + d s` whose direction `d` is a known Python number: the seeds taylax builds

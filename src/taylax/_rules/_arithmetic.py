@@ -74,12 +74,21 @@ def _marked(out: Series, direction) -> Series:
     return out
 
 
+def _with_separate_rows(out: Series, xs) -> Series:
+    """Mark `out`, an elementwise linear function of `xs`, as having rows of its own
+    (`ks.has_separate_rows`) when every input with a series has them: row k of the
+    result reads only row k of each input."""
+    if not out.is_constant and all(x.is_constant or ks.has_separate_rows(x.coeffs) for x in xs):
+        ks.mark_separate_rows(out.coeffs)
+    return out
+
+
 def _keeps_lines(prim, combine) -> None:
     linear = taylor_rules[prim]
 
     def rule(order, *xs, **params):
         directions = [_direction(x) for x in xs]
-        out = linear(order, *xs, **params)
+        out = _with_separate_rows(linear(order, *xs, **params), xs)
         return _marked(out, None if None in directions else combine(*directions))
 
     register_rule(prim)(rule)
@@ -124,7 +133,10 @@ def _mul(order, x, y, **params):
     direction = _scaled_direction(x, y, operator.mul)
     if direction is None:
         direction = _scaled_direction(y, x, operator.mul)
-    return _marked(_product(order, x, y, by_rows=read_row_by_row()), direction)
+    out = _product(order, x, y, by_rows=read_row_by_row())
+    if x.is_constant or y.is_constant:
+        out = _with_separate_rows(out, (x, y))
+    return _marked(out, direction)
 
 
 @register_rule(lax.square_p)
@@ -152,10 +164,10 @@ def _div(order, x, y, **params):
 def _div_reads_rows(eqn, operand: int, order: int, others_constant: bool) -> bool:
     """A division by a series of low degree reads its numerator one row per coefficient
     (`ks.divide`) when the numerator's rows are buffers of their own: a product read
-    only here then gives its rows as such (`ks.ROW_PRODUCT_MAX_ORDER`). Up to
+    only here then gives its rows as such (`ks.ROWS_MAX_ORDER`). Up to
     `UNROLL_MAX_ORDER` products are rows anyway."""
     del eqn, others_constant
-    return operand == 0 and ks.UNROLL_MAX_ORDER < order <= ks.ROW_PRODUCT_MAX_ORDER
+    return operand == 0 and ks.UNROLL_MAX_ORDER < order <= ks.ROWS_MAX_ORDER
 
 
 row_readers[lax.div_p] = _div_reads_rows
