@@ -343,19 +343,32 @@ def test_rules_are_told_whether_their_output_is_read_row_by_row(
     # What lets the tanh rule leave its rows unmarked in a large network's hidden layers.
     if row_bytes is not None:
         set_row_dot_bound(monkeypatch, row_bytes)
+    w = jnp.arange(6.0).reshape(3, 2)
+    x = jnp.ones(3)
+    seen = _told_read_row_by_row(
+        f"taylax_test_read_by_rows_{id(use)}_{row_bytes}",
+        lambda p: lambda x: use(p.bind(jnp.sin(x)), x, w),
+        2,
+        x,
+        x,
+    )
+    assert seen == [expected and row_bytes is not None]
+    assert not read_row_by_row()  # outside a rule
+
+
+def _told_read_row_by_row(name, program, order, *args) -> list[bool]:
+    """What `read_row_by_row` tells the rule of a fresh primitive `p` (doubling its input)
+    when `program(p)` is differentiated to `order` at `args`."""
     seen = []
-    p = _primitive(f"taylax_test_read_by_rows_{id(use)}_{row_bytes}")
+    p = _primitive(name)
 
     @taylax.register_rule(p)
     def _rule(order, y):
         seen.append(read_row_by_row())
         return taylax.Series(2 * y.coeffs)
 
-    w = jnp.arange(6.0).reshape(3, 2)
-    x = jnp.ones(3)
-    jax.make_jaxpr(taylax.derivatives(lambda x: use(p.bind(jnp.sin(x)), x, w), 2))(x, x)
-    assert seen == [expected and row_bytes is not None]
-    assert not read_row_by_row()  # outside a rule
+    jax.make_jaxpr(taylax.derivatives(program(p), order))(*args)
+    return seen
 
 
 _ROWS_BOUND = ks.ROWS_MAX_ORDER
@@ -377,13 +390,10 @@ _ROWS_BOUND = ks.ROWS_MAX_ORDER
 def test_a_division_reads_its_numerator_row_by_row(use, order, expected):
     # What makes a product over a low-degree series (exp(-t^2/2) cos(3t) / (1 + t^2))
     # give its rows as buffers of their own above the unrolled orders (`ks.cauchy`).
-    seen = []
-    p = _primitive(f"taylax_test_division_reads_rows_{order}_{id(use)}")
-
-    @taylax.register_rule(p)
-    def _rule(order, y):
-        seen.append(read_row_by_row())
-        return taylax.Series(2 * y.coeffs)
-
-    jax.make_jaxpr(taylax.derivatives(lambda t: use(p.bind(jnp.sin(t)), t), order))(0.3)
+    seen = _told_read_row_by_row(
+        f"taylax_test_division_reads_rows_{order}_{id(use)}",
+        lambda p: lambda t: use(p.bind(jnp.sin(t)), t),
+        order,
+        0.3,
+    )
     assert seen == [expected]
