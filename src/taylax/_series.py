@@ -366,8 +366,8 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
     linearly in the lower degree above the unrolled range (a few equations per
     coefficient).
 
-    `by_rows` (for a product read one row at a time, see `ROWS_MAX_ORDER`) keeps
-    the row sums up to that order.
+    Up to `ROWS_MAX_ORDER` the row sums are kept for a product read one row at a time
+    (`by_rows`) and for two factors with rows of their own (`has_separate_rows`).
     """
     ndim = max(a.ndim, b.ndim) - 1
     a, b = lift(a, ndim), lift(b, ndim)

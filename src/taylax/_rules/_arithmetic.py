@@ -162,10 +162,10 @@ def _div(order, x, y, **params):
 
 
 def _div_reads_rows(eqn, operand: int, order: int, others_constant: bool) -> bool:
-    """A division by a series of low degree reads its numerator one row per coefficient
-    (`ks.divide`) when the numerator's rows are buffers of their own: a product read
-    only here then gives its rows as such (`ks.ROWS_MAX_ORDER`). Up to
-    `UNROLL_MAX_ORDER` products are rows anyway."""
+    """A division reads its numerator one row per coefficient (`ks.divide`) when the
+    numerator's rows are buffers of their own and the denominator is of low degree or
+    has such rows too: a product read only here then gives its rows as such
+    (`ks.ROWS_MAX_ORDER`). Up to `UNROLL_MAX_ORDER` products are rows anyway."""
     del eqn, others_constant
     return operand == 0 and ks.UNROLL_MAX_ORDER < order <= ks.ROWS_MAX_ORDER
 
