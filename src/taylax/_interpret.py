@@ -242,12 +242,7 @@ def _row_read_equations(jaxpr: _compat.Jaxpr, varying: set, order: int) -> set[i
         for k, v in enumerate(eqn.invars):
             if isinstance(v, _compat.Literal):
                 continue
-            others_constant = not any(
-                not isinstance(o, _compat.Literal) and o in varying
-                for j, o in enumerate(eqn.invars)
-                if j != k
-            )
-            rows = reads is not None and reads(eqn, k, order, others_constant)
+            rows = reads is not None and reads(eqn, k, order, _others_constant(eqn, k, varying))
             by_rows[v] = by_rows.get(v, True) and rows
     for v in jaxpr.outvars:
         if not isinstance(v, _compat.Literal):
@@ -257,6 +252,15 @@ def _row_read_equations(jaxpr: _compat.Jaxpr, varying: set, order: int) -> set[i
         for i, eqn in enumerate(jaxpr.eqns)
         if eqn.outvars and all(by_rows.get(v, False) for v in eqn.outvars)
     }
+
+
+def _others_constant(eqn: _compat.JaxprEqn, operand: int, varying: set) -> bool:
+    """Whether no operand of `eqn` other than `operand` depends on the input."""
+    return not any(
+        not isinstance(o, _compat.Literal) and o in varying
+        for j, o in enumerate(eqn.invars)
+        if j != operand
+    )
 
 
 def _varying_vars(jaxpr: _compat.Jaxpr, args: Sequence[Series]) -> set:

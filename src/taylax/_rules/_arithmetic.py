@@ -25,11 +25,12 @@ def _defsum(prim, negate_right: bool) -> None:
     forward them (a slice of the result is the operand's row, not a new sum).
     """
 
+    linear = taylor_rules[prim]  # `defelementwise_linear`'s: operands of one degree
+
     def rule(order, x, y):
-        del order
-        low = min(x.degree, y.degree)
         if x.degree == y.degree:
-            return Series(prim.bind(*aligned((x, y))))
+            return linear(order, x, y)
+        low = min(x.degree, y.degree)
         shape = jnp.broadcast_shapes(x.shape, y.shape)
         top, flip = (x, False) if x.degree > y.degree else (y, negate_right)
         rest = lax.slice_in_dim(top.coeffs, low + 1, top.degree + 1)
