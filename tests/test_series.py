@@ -442,6 +442,71 @@ def test_transcendentals_are_computed_once_per_element():
     assert _count_ops(hlo, "exponential") == 1
 
 
+def _stacked_intermediates(hlo: str, points: int, coefficients: int) -> list[str]:
+    """Instructions of the entry computation, other than its root, that write a
+    (points, coefficients) array: a stacked series that XLA materialized."""
+    entry = hlo.split("\nENTRY", 1)[1]
+    shape = re.compile(rf"= \w+\[{points},{coefficients}\]")
+    return [line for line in entry.splitlines() if "ROOT" not in line and shape.search(line)]
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda t: 0.3 * jnp.sin(t) * t**10,
+        damped_wave,
+        lambda t: (1 - t**3) * jnp.cos(t) / 4 - jnp.exp(2 * t),
+    ],
+    ids=["seed-function", "damped-wave", "polynomial-trig-exp"],
+)
+def test_closed_forms_reach_their_readers_as_rows(f):
+    # Under vmap a stacked series is a (points, coefficients) array built by a
+    # concatenate along its minor axis, which XLA:CPU always materializes: a reader of
+    # one row would read (and the program allocate) the whole stack. Closed forms along
+    # the seed, powers, and sums, negations and constant multiples of them keep their
+    # rows (`ks.known_rows`), so only the output is stacked.
+    order, points = 4, 256
+    t = jnp.linspace(0.5, 1.5, points)
+    hlo = _compiled_module(jax.vmap(taylax.derivatives(f, order)), t)
+    assert _stacked_intermediates(hlo, points, order + 1) == []
+    assert _stacked_intermediates(hlo, points, 2) == []  # the seed itself
+
+
+def test_divisions_keep_computed_once_values_once():
+    # XLA rewrites `(a / b) / c` into `a / (b c)`; a `ks.computed_once` value divided
+    # by (cos as the numerator here, the primal of the quotient) would be recomputed in
+    # the dividing kernel without `ks.shielded`.
+    def f(t):
+        return jnp.cos(t) / (2 + jnp.sin(t)) + 1 / jnp.cos(t)
+
+    t = jnp.linspace(0.5, 1.5, 256)
+    for order in (2, ks.UNROLL_MAX_ORDER):
+        hlo = _compiled_module(jax.vmap(taylax.derivatives(f, order)), t)
+        assert _count_ops(hlo, "sine") == 1, order
+        assert _count_ops(hlo, "cosine") == 1, order
+
+
+def test_powers_by_rows_equal_the_stacked_ones():
+    # Up to `ROWS_MAX_ORDER` powers are built row by row, above by stacked doubling: the
+    # same products, so the same values, bit for bit.
+    x = jnp.array([0.7, -1.3, 0.0, 2.5])
+    low, high = ks.ROWS_MAX_ORDER, ks.ROWS_MAX_ORDER + 4
+    for sign in (1, -1):
+        rows = ks.powers(x, low, sign)
+        assert ks.known_rows(rows) is not None and ks.known_rows(ks.powers(x, high, sign)) is None
+        np.testing.assert_array_equal(rows, ks.powers(x, high, sign)[: low + 1])
+    for p in (-3, 0, 2, 10):
+        rows = ks.integer_exponent_powers(x, p, low)
+        np.testing.assert_array_equal(rows, ks.integer_exponent_powers(x, p, high)[: low + 1])
+        # The binomials by rows are exact integers rounded once (`binomials` multiplies
+        # rounded ratios above): within an ulp or two.
+        np.testing.assert_allclose(
+            ks.exp_like_power_coeffs(p, x, low),
+            ks.exp_like_power_coeffs(p, x, high)[: low + 1],
+            rtol=4 * np.finfo(np.float64).eps,
+        )
+
+
 def test_constant_direction_needs_no_cumulative_product():
     # A constant direction inside jit once made XLA constant-fold a reduce-window over
     # (K, N) for minutes; powers are products now, and nothing in the program is a

@@ -84,20 +84,50 @@ def _with_separate_rows(out: Series, xs) -> Series:
     return out
 
 
-def _keeps_lines(prim, combine) -> None:
+def _known_rows(x: Series) -> list | None:
+    """A series' rows when they are known (`ks.known_rows`; a constant's is its primal)."""
+    return [x.primal] if x.is_constant else ks.known_rows(x.coeffs)
+
+
+def _by_rows(row_op, xs) -> Series | None:
+    """`row_op` applied to each row of inputs whose rows are all known, else None.
+
+    The result's rows are known too, so a chain of sums and negations of closed forms
+    (`1 + t^2`, `-t^2 / 2`) reaches its readers as rows, never as stacked copies.
+    `row_op` takes None for a row past an input's degree (a zero).
+    """
+    rows = [_known_rows(x) for x in xs]
+    if any(r is None for r in rows) or all(x.is_constant for x in xs):
+        return None
+    count = max(len(r) for r in rows)
+    out = [row_op(*(r[k] if k < len(r) else None for r in rows)) for k in range(count)]
+    return Series(ks.stack_rows(out))
+
+
+def _add_rows(a, b):
+    return b if a is None else a if b is None else a + b
+
+
+def _sub_rows(a, b):
+    return a if b is None else -b if a is None else a - b
+
+
+def _keeps_lines(prim, combine, row_op) -> None:
     linear = taylor_rules[prim]
 
     def rule(order, *xs, **params):
         directions = [_direction(x) for x in xs]
-        out = _with_separate_rows(linear(order, *xs, **params), xs)
+        out = _by_rows(row_op, xs)
+        if out is None:
+            out = _with_separate_rows(linear(order, *xs, **params), xs)
         return _marked(out, None if None in directions else combine(*directions))
 
     register_rule(prim)(rule)
 
 
-_keeps_lines(lax.add_p, operator.add)
-_keeps_lines(lax.sub_p, operator.sub)
-_keeps_lines(lax.neg_p, operator.neg)
+_keeps_lines(lax.add_p, operator.add, _add_rows)
+_keeps_lines(lax.sub_p, operator.sub, _sub_rows)
+_keeps_lines(lax.neg_p, operator.neg, operator.neg)
 
 
 def _scaled_direction(x: Series, y: Series, scale):
@@ -147,7 +177,8 @@ def _square(order, x, **params):
 
 def _quotient(order, x, y):
     a, b = _stacked_pair(x, y)
-    return Series(ks.divide(a, b, order, q0=lax.div(x.primal, y.primal)))
+    q0 = lax.div(ks.shielded(x.primal), ks.shielded(y.primal))
+    return Series(ks.divide(a, b, order, q0=q0))
 
 
 _quotient_chunked = chunked(_quotient)
@@ -159,7 +190,8 @@ def _div(order, x, y, **params):
     if not y.is_constant:
         return _quotient_chunked(order, x, y)
     direction = _scaled_direction(x, y, lambda d, c: d / c if c else None)
-    return _marked(_quotient(order, x, y), direction)
+    out = _by_rows(lambda a, c: ks.shielded(a) / (y.primal if c is None else c), (x, y))
+    return _marked(_quotient(order, x, y) if out is None else out, direction)
 
 
 def _div_reads_rows(eqn, operand: int, order: int, others_constant: bool) -> bool:

@@ -31,6 +31,12 @@ def _full(x: Series, order: int):
 
 def _scaled(values, order: int, scale: float = 1.0):
     """Stack `values[k % len(values)] scale^k / k!` for k = 0..order (derivative cycles)."""
+    dtype = jnp.result_type(*values)
+    if order <= ks.ROWS_MAX_ORDER:
+        # Row by row (`ks.known_rows`): readers multiply a buffer by a number.
+        magnitudes = ks.inverse_factorials(order, 0, dtype, scale)
+        rows = [_times(values[k % len(values)], magnitudes[k]) for k in range(order + 1)]
+        return ks.stack_rows(rows)
     cycle = jnp.stack(values)
     reps = -(-(order + 1) // len(values))
     shape = cycle.shape
@@ -39,21 +45,32 @@ def _scaled(values, order: int, scale: float = 1.0):
     return tiled * ks.inverse_factorials(order, len(shape) - 1, tiled.dtype, scale)
 
 
+def _times(value, factor):
+    """`value * factor` for a NumPy scalar `factor`, skipping a factor of exactly 1."""
+    return value if factor == 1 else value * jnp.asarray(factor, jnp.result_type(value))
+
+
 def _trig_cycle(sin0, cos0, index: int, order: int, scale: float = 1.0):
     """`d^k/dx^k sin` (index 0) or `cos` (index 1) at `x0`, times `scale^k / k!`, for
     k = 0..order.
 
-    `A_k sin + B_k cos` with constant vectors of signed `1/k!` (one of the two is 0 at
-    each k): one elementwise kernel in the coefficient layout of its readers (a
-    `tensordot` here made XLA emit a transposed copy). Real only: sin and cos are
-    bounded, so the zero weights never meet an inf.
+    Row k is `sin` or `cos` times a signed `scale^k / k!`. Up to `ks.ROWS_MAX_ORDER`
+    stacked with its rows known (`ks.known_rows`): a reader of row k multiplies one
+    buffer by a number, with no stacked copy in between. Above, `A_k sin + B_k cos`
+    with constant vectors (one of the two 0 at each k): a few equations at any order,
+    one elementwise kernel in its readers' layout. Real only (complex sin and cos take
+    `_scaled`): sin and cos are bounded, so the zero weights never meet an inf.
     """
     start = 0 if index == 0 else 1
-    weights = np.zeros((2, order + 1))
     magnitudes = ks.inverse_factorials(order, 0, np.float64, scale)
+    signed = [magnitudes[k] if (start + k) % 4 < 2 else -magnitudes[k] for k in range(order + 1)]
+    if order <= ks.ROWS_MAX_ORDER:
+        # phase (start + k) % 4 is sin, cos, -sin, -cos
+        rows = [_times((sin0, cos0)[(start + k) % 2], signed[k]) for k in range(order + 1)]
+        return ks.stack_rows(rows)
+    weights = np.zeros((2, order + 1))
     for k in range(order + 1):
-        phase = (start + k) % 4  # sin, cos, -sin, -cos
-        weights[phase % 2, k] = magnitudes[k] if phase < 2 else -magnitudes[k]
+        weights[(start + k) % 2, k] = signed[k]
     shape = (order + 1,) + (1,) * jnp.ndim(sin0)
     dtype = jnp.result_type(sin0)
     a = jnp.asarray(weights[0].reshape(shape), dtype)
