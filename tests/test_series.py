@@ -486,6 +486,27 @@ def test_divisions_keep_computed_once_values_once():
         assert _count_ops(hlo, "cosine") == 1, order
 
 
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+def test_shielded_values_are_unchanged(dtype):
+    # `shielded` returns the computed-once value exactly, infinities, nans and signed
+    # zeros included (a complex product with 1 + 0j would turn an infinite part's
+    # partner into nan: it multiplies part by part).
+    values = [np.inf, -np.inf, np.nan, -0.0, 0.0, 1.5]
+    if dtype == jnp.complex128:
+        values = [complex(np.inf, 0.0), complex(1.0, -np.inf), complex(-0.0, 2.0), 1.5 + 0.5j]
+    x = jnp.asarray(values, dtype)
+
+    def once(x):
+        return ks.computed_once(x, ks.opaque_one(x))
+
+    before = np.asarray(jax.jit(once)(x))
+    after = np.asarray(jax.jit(lambda x: ks.shielded(once(x)))(x))
+    np.testing.assert_array_equal(after, before)
+    assert np.array_equal(np.signbit(after.real), np.signbit(before.real))
+    if dtype == jnp.float64:
+        np.testing.assert_array_equal(after, np.asarray(x))
+
+
 def test_powers_by_rows_equal_the_stacked_ones():
     # Up to `ROWS_MAX_ORDER` powers are built row by row, above by stacked doubling: the
     # same products, so the same values, bit for bit.
