@@ -1231,10 +1231,12 @@ def _integer_binomial(p: int, m: int) -> int:
     return (-1) ** m * math.comb(m - p - 1, m)
 
 
-def _times_integer(row: Array, n: int) -> Array:
-    if n == 1:
+def times_number(row: Array, factor) -> Array:
+    """`row * factor` for a Python or NumPy number, in the row's dtype; a factor of
+    exactly 1 is skipped (no equation)."""
+    if factor == 1:
         return row
-    return row * jnp.asarray(float(n), jnp.result_type(row))
+    return row * jnp.asarray(factor, jnp.result_type(row))
 
 
 def exp_like_power_coeffs(p, x0: Array, order: int) -> Array:
@@ -1256,7 +1258,7 @@ def exp_like_power_coeffs(p, x0: Array, order: int) -> Array:
         rows = known_rows(falling)
         if rows is None:
             return binomials(p, order, shape, dtype) * falling
-        rows = [_times_integer(r, _integer_binomial(integer_p, m)) for m, r in enumerate(rows)]
+        rows = [times_number(r, float(_integer_binomial(integer_p, m))) for m, r in enumerate(rows)]
         return _stack_rows(rows, shape, dtype)
     binom = binomials(p, order, shape, dtype)
     steps = jnp.broadcast_to(jnp.asarray(p, dtype), shape)[None] - orders(order, len(shape), dtype)

@@ -190,7 +190,7 @@ def _div(order, x, y, **params):
     if not y.is_constant:
         return _quotient_chunked(order, x, y)
     direction = _scaled_direction(x, y, lambda d, c: d / c if c else None)
-    out = _by_rows(lambda a, c: ks.shielded(a) / (y.primal if c is None else c), (x, y))
+    out = _by_rows(lambda a, _: ks.shielded(a) / y.primal, (x, y))
     return _marked(_quotient(order, x, y) if out is None else out, direction)
 
 

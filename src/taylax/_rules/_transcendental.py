@@ -35,7 +35,7 @@ def _scaled(values, order: int, scale: float = 1.0):
     if order <= ks.ROWS_MAX_ORDER:
         # Row by row (`ks.known_rows`): readers multiply a buffer by a number.
         magnitudes = ks.inverse_factorials(order, 0, dtype, scale)
-        rows = [_times(values[k % len(values)], magnitudes[k]) for k in range(order + 1)]
+        rows = [ks.times_number(values[k % len(values)], magnitudes[k]) for k in range(order + 1)]
         return ks.stack_rows(rows)
     cycle = jnp.stack(values)
     reps = -(-(order + 1) // len(values))
@@ -43,11 +43,6 @@ def _scaled(values, order: int, scale: float = 1.0):
     tiled = lax.broadcast_in_dim(cycle, (reps,) + shape, tuple(range(1, len(shape) + 1)))
     tiled = lax.reshape(tiled, (reps * shape[0],) + shape[1:])[: order + 1]
     return tiled * ks.inverse_factorials(order, len(shape) - 1, tiled.dtype, scale)
-
-
-def _times(value, factor):
-    """`value * factor` for a NumPy scalar `factor`, skipping a factor of exactly 1."""
-    return value if factor == 1 else value * jnp.asarray(factor, jnp.result_type(value))
 
 
 def _trig_cycle(sin0, cos0, index: int, order: int, scale: float = 1.0):
@@ -66,7 +61,7 @@ def _trig_cycle(sin0, cos0, index: int, order: int, scale: float = 1.0):
     signed = [magnitudes[k] if (start + k) % 4 < 2 else -magnitudes[k] for k in range(order + 1)]
     if order <= ks.ROWS_MAX_ORDER:
         # phase (start + k) % 4 is sin, cos, -sin, -cos
-        rows = [_times((sin0, cos0)[(start + k) % 2], signed[k]) for k in range(order + 1)]
+        rows = [ks.times_number((sin0, cos0)[(start + k) % 2], signed[k]) for k in range(order + 1)]
         return ks.stack_rows(rows)
     weights = np.zeros((2, order + 1))
     for k in range(order + 1):
