@@ -23,6 +23,7 @@ from reference import (
     nested_jvp_derivatives,
     set_row_dot_bound,
 )
+from taylax import _api as taylax_api
 from taylax import _series as ks
 from taylax._count import count_equations
 
@@ -470,6 +471,36 @@ def test_closed_forms_reach_their_readers_as_rows(f):
     hlo = _compiled_module(jax.vmap(taylax.derivatives(f, order)), t)
     assert _stacked_intermediates(hlo, points, order + 1) == []
     assert _stacked_intermediates(hlo, points, 2) == []  # the seed itself
+
+
+def _most_kernels(hlo: str) -> int:
+    """Fusions of the computation that has the most of them (a loop's body, here)."""
+    return max(part.count(" fusion(") for part in re.split(r"\n(?=\S)", hlo))
+
+
+def test_loop_bodies_keep_linear_operations_on_stacks(monkeypatch):
+    # Outside loops a sum of stacks of rows stacks its own rows (under vmap the rows
+    # then fuse into the output). In a loop body every row would be a kernel of its own
+    # per step, so linear operations there act on the stacks (`ks.in_loop_body`).
+    def euler(y):
+        def step(i, y):
+            return jnp.stack([y[0] + 0.01 * y[1], y[1] + 0.01 * (jnp.cos(y[1]) - jnp.sin(y[0]))])
+
+        return jax.lax.fori_loop(0, 10, step, y)
+
+    y0, v = jnp.array([0.4, -0.2]), jnp.array([0.7, -0.3])
+
+    def kernels_and_value():
+        taylax_api._PROGRAMS.clear()  # trace the Taylor pass again
+        fn = jax.jit(lambda y: taylax.derivatives(euler, 8)(y, v))
+        return _most_kernels(fn.lower(y0).compile().as_text()), fn(y0)
+
+    in_loops, value = kernels_and_value()
+    monkeypatch.setattr(ks, "in_loop_body", lambda: False)
+    stacked_rows, same_value = kernels_and_value()
+    taylax_api._PROGRAMS.clear()
+    np.testing.assert_array_equal(value, same_value)
+    assert in_loops < stacked_rows, (in_loops, stacked_rows)
 
 
 def test_divisions_keep_computed_once_values_once():

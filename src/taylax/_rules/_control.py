@@ -22,7 +22,7 @@ from jax import lax
 
 from .. import _compat
 from .._interpret import eval_jaxpr_series, register_rule
-from .._series import Series, pad_degree
+from .._series import Series, loop_body, pad_degree
 
 # closed jaxpr -> {(order, input degrees): output degrees}
 _OUT_DEGREES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -121,7 +121,8 @@ def _scan(order, *xs, reverse, length, num_consts, num_carry, jaxpr, unroll, **p
 
     def body(carry, x):
         ins = _series(const_arrays, const_deg) + _series(carry, carry_deg) + _series(x, seq_deg)
-        outs = eval_jaxpr_series(jaxpr.jaxpr, jaxpr.consts, ins, order)
+        with loop_body():
+            outs = eval_jaxpr_series(jaxpr.jaxpr, jaxpr.consts, ins, order)
         new_carry = [_fit(o, d, a.dtype) for o, d, a in zip(outs, carry_deg, carry_avals)]
         return new_carry, _arrays(outs[num_carry:])
 
@@ -163,7 +164,8 @@ def _while(order, *xs, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
 
     def body(carry):
         ins = _series(const_arrays, const_deg) + _series(carry, carry_deg)
-        outs = eval_jaxpr_series(body_jaxpr.jaxpr, body_jaxpr.consts, ins, order)
+        with loop_body():
+            outs = eval_jaxpr_series(body_jaxpr.jaxpr, body_jaxpr.consts, ins, order)
         return [_fit(o, d, a.dtype) for o, d, a in zip(outs, carry_deg, carry_avals)]
 
     def cond_fun(carry):
