@@ -19,6 +19,7 @@ most linearly with `K`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -351,18 +352,15 @@ def with_primal(c: Array, primal: Array) -> Array:
     """Replace coefficient 0 (the primal) of a stacked series.
 
     A select against the coefficient index, not a `dynamic_update_slice`: it fuses
-    into its consumers, and under `vmap` it does not become a scatter. A concatenate of
-    known rows (`is_stack_of_rows`) is restacked instead, and any other stack with known
-    rows keeps them (`with_rows`), so that its readers keep the rows.
+    into its consumers, and under `vmap` it does not become a scatter. A stack of known
+    rows (`known_rows`) is restacked instead, so that its readers keep the rows.
     """
     known = known_rows(c)
-    if known is not None and is_stack_of_rows(c):
+    if known is not None:
         return _stack_rows([primal, *known[1:]], c.shape[1:], c.dtype)
-    row0 = primal
     primal = lax.broadcast_in_dim(jnp.asarray(primal, c.dtype), c.shape, tuple(range(1, c.ndim)))
     first = lax.broadcasted_iota(np.int32, c.shape, 0) == 0
-    out = lax.select(first, primal, c)
-    return out if known is None else with_rows(out, [row0, *known[1:]])
+    return lax.select(first, primal, c)
 
 
 def stack_primal(primal: Array, rest: Array) -> Array:
@@ -418,7 +416,8 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
         if known is not None and db <= degree:
             # A factor of degree 0 times known rows: known rows (see `known_rows`).
             a0 = lax.index_in_dim(a, 0, keepdims=False)
-            return with_rows(a * b, [a0 * r for r in known])
+            shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
+            return _stack_rows([a0 * r for r in known], shape, jnp.result_type(a, b))
         return pad_degree(a * b, degree) if db > degree else a * b
     separate = has_separate_rows(a) and has_separate_rows(b)
     if degree <= UNROLL_MAX_ORDER or ((by_rows or separate) and degree <= ROWS_MAX_ORDER):
@@ -617,26 +616,6 @@ def _stack_rows(rows: list[Array], shape, dtype) -> Array:
     """Stack `rows` (broadcast to `shape`, cast to `dtype`), remembering them (`known_rows`)."""
     rows = [jnp.broadcast_to(jnp.asarray(r, dtype), shape) for r in rows]
     stacked = jnp.stack(rows)
-    _STACKS_OF_ROWS[id(stacked)] = stacked
-    return _remember_rows(stacked, rows)
-
-
-def with_rows(stacked: Array, rows: list[Array]) -> Array:
-    """`stacked`, remembering `rows` (its coefficients computed one by one) as its rows.
-
-    Both forms are emitted; XLA removes the one no reader takes. A reader of the whole
-    stack gets `stacked` (one vector operation where the coefficient axis is major, a
-    broadcast XLA fuses into its reader under `vmap`), a reader of row k gets row k
-    (`known_rows`). A stack of rows instead is a concatenate, whose rows XLA:CPU
-    computes as kernels of their own: RK4 along a direction at order 8 (unvmapped,
-    100 steps) ran 136 kernels per step with stacks of rows against 83, 1.2-1.3x slower.
-    """
-    shape, dtype = stacked.shape[1:], stacked.dtype
-    rows = [jnp.broadcast_to(jnp.asarray(r, dtype), shape) for r in rows]
-    return _remember_rows(stacked, rows)
-
-
-def _remember_rows(stacked: Array, rows: list[Array]) -> Array:
     mark_separate_rows(stacked)
     key = id(stacked)
     _ROW_LISTS[key] = rows
@@ -655,13 +634,9 @@ def leading_rows(c: Array, count: int) -> Array:
     if c.shape[0] <= count:
         return c
     known = known_rows(c)
-    return c[:count] if known is None else with_rows(c[:count], known[:count])
-
-
-def row(c: Array, k: int) -> Array:
-    """Coefficient `k` of a stacked array: its known row (`known_rows`) or a slice."""
-    known = known_rows(c)
-    return known[k] if known is not None else lax.index_in_dim(c, k, keepdims=False)
+    if known is None:
+        return c[:count]
+    return _stack_rows(known[:count], c.shape[1:], c.dtype)
 
 
 def known_rows(c: Array) -> list[Array] | None:
@@ -671,9 +646,45 @@ def known_rows(c: Array) -> list[Array] | None:
     under `vmap` the stack is a (points, coefficients) array, a concatenate along the
     minor axis, which XLA:CPU always materializes; a slice of it reads that buffer,
     whereas the row's own few products fuse into the reader. A stack no reader takes
-    whole is then never built.
+    whole is then never built. Not in loop bodies (`in_loop_body`).
     """
+    if in_loop_body():
+        return None
     return _ROW_LISTS.get(id(c)) if has_separate_rows(c) else None
+
+
+# Whether a loop body is being traced (per thread and context, like JAX's own trace state).
+_IN_LOOP_BODY: contextvars.ContextVar[bool] = contextvars.ContextVar("in_loop_body", default=False)
+
+
+@contextlib.contextmanager
+def loop_body():
+    """Mark the rules run inside as the body of a loop (`in_loop_body`)."""
+    token = _IN_LOOP_BODY.set(True)
+    try:
+        yield
+    finally:
+        _IN_LOOP_BODY.reset(token)
+
+
+def in_loop_body() -> bool:
+    """Whether the rules now running trace the body of a `while` or `scan` (`loop_body`).
+
+    There, stacks stay stacks: closed forms and powers are built stacked (`rows_wanted`)
+    and readers slice them (no `known_rows`). A stack of rows is a concatenate whose
+    rows XLA:CPU computes as kernels of their own, and a linear operation on rows
+    stacks its result's rows again; a loop runs each of those kernels once per step,
+    where a stack's few vector operations fuse into one. RK4 along a direction at order
+    8 (100 steps, unvmapped) ran 136 kernels per step with rows against 83, 1.2-1.3x
+    slower; vmapped over 4,096 initial values, 1.23x slower.
+    """
+    return _IN_LOOP_BODY.get()
+
+
+def rows_wanted(order: int) -> bool:
+    """Whether closed forms and powers of `order` are built row by row (`known_rows`):
+    up to `ROWS_MAX_ORDER`, outside loop bodies (`in_loop_body`)."""
+    return order <= ROWS_MAX_ORDER and not in_loop_body()
 
 
 # Stacked arrays whose rows XLA reads without a pass over the whole stack: rows stacked
@@ -682,46 +693,9 @@ def known_rows(c: Array) -> list[Array] | None:
 # other stack is a column of a (points, coefficients) array, which costs a pass over all
 # of it: recurrences that read `a_k` for each k ask this first (see `divide`).
 _SEPARATE_ROWS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-# The rows of stacks built by `_stack_rows` or given `with_rows`, by id of the stack
-# (see `known_rows`); an entry dies with its stack.
+# The rows of stacks built by `_stack_rows`, by id of the stack (see `known_rows`); an
+# entry dies with its stack.
 _ROW_LISTS: dict[int, list] = {}
-# Stacks that are a concatenate of their rows (`_stack_rows`), not an expression of
-# their own (`with_rows`).
-_STACKS_OF_ROWS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-
-
-_LOOP_DEPTH = [0]
-
-
-@contextlib.contextmanager
-def loop_body():
-    """Mark the rules run inside as the body of a loop (`in_loop_body`)."""
-    _LOOP_DEPTH[0] += 1
-    try:
-        yield
-    finally:
-        _LOOP_DEPTH[0] -= 1
-
-
-def in_loop_body() -> bool:
-    """Whether the rules now running trace the body of a `while` or `scan` (`loop_body`).
-
-    A linear operation on a stack of rows stacks its own rows only outside loops. Each
-    row is a kernel of its own (XLA:CPU writes a concatenate's operands to buffers
-    first); a loop runs them once per step, where the stack's few vector operations
-    fuse into one. RK4 at order 8 along a direction (100 steps, unvmapped) ran 111
-    kernels per step with stacked rows against 83, 1.2-1.3x slower.
-    """
-    return _LOOP_DEPTH[0] > 0
-
-
-def is_stack_of_rows(c: Array) -> bool:
-    """Whether `c` is a concatenate of its known rows (`_stack_rows`, this very array).
-
-    Under `vmap` XLA:CPU writes such a stack to a buffer of its own: a reader that
-    rebuilds it (a new primal, say) restacks the rows rather than reading that buffer.
-    """
-    return _STACKS_OF_ROWS.get(id(c)) is c
 
 
 def mark_separate_rows(c: Array) -> Array:
@@ -1178,7 +1152,7 @@ def line_direction(c: Array):
 def unit_seed(x0: Array, scale: float = 1.0) -> Array:
     """The stacked seed `x_0 + scale s` (by default direction exactly 1), marked as such
     for `along_line` (`scale` is a `derivative_scale`)."""
-    return mark_line(with_rows(jnp.stack([x0, jnp.full_like(x0, scale)]), [x0, scale]), scale)
+    return mark_line(_stack_rows([x0, scale], jnp.shape(x0), jnp.result_type(x0)), scale)
 
 
 def concrete_scalar(x):
@@ -1227,24 +1201,22 @@ def powers(x: Array, order: int, sign: int = 1) -> Array:
     dtype = jnp.result_type(x)
     x = jnp.asarray(x, dtype)
     base = x if sign > 0 else 1 / x
-    out = jnp.ones((1,) + jnp.shape(x), dtype)
-    if order > 0:
-        out = lax.concatenate([out, base[None]], 0)
+    if rows_wanted(order):
+        # Row by row (`known_rows`): order products, not log2(order) stacked ones.
+        rows = [jnp.ones(jnp.shape(x), dtype)]
+        if order > 0:
+            rows.append(base)
+        while len(rows) < order + 1:
+            n = len(rows)
+            top = rows[n - 1] * base  # x^n
+            rows += [top] + [r * top for r in rows[1 : order + 1 - n]]
+        return _stack_rows(rows, jnp.shape(x), dtype)
+    out = lax.concatenate([jnp.ones((1,) + jnp.shape(x), dtype), base[None]], 0)
     while out.shape[0] < order + 1:
         n = out.shape[0]
         top = out[n - 1] * base  # x^n
         out = lax.concatenate([out, out[: order + 1 - n] * top[None]], 0)
-    if order > ROWS_MAX_ORDER:
-        return out
-    # Row by row too (`known_rows`): order products, not log2(order) stacked ones.
-    rows = [jnp.ones(jnp.shape(x), dtype)]
-    if order > 0:
-        rows.append(base)
-    while len(rows) < order + 1:
-        n = len(rows)
-        top = rows[n - 1] * base  # x^n
-        rows += [top] + [r * top for r in rows[1 : order + 1 - n]]
-    return with_rows(out, rows)
+    return out
 
 
 def _integer_valued(p) -> int | None:
@@ -1263,26 +1235,31 @@ def integer_exponent_powers(x0: Array, p: int, order: int) -> Array:
     """
     dtype = jnp.result_type(x0)
     x0 = jnp.asarray(x0, dtype)
-    parts, rows = [], []
+    if rows_wanted(order):
+        # Row by row (`known_rows`, as `powers` gives them).
+        if p >= 0:
+            top = min(p, order)
+            scale = lax.integer_pow(x0, p - top) if p > top else None
+            rows = known_rows(powers(x0, top))[::-1]  # x0^(top-m)
+            if scale is not None:
+                rows = [r * scale for r in rows]
+            if order > p:
+                rows += known_rows(powers(x0, order - p, sign=-1))[1:]  # x0^-1, x0^-2, ...
+        else:
+            scale = lax.integer_pow(x0, p)
+            rows = [r * scale for r in known_rows(powers(x0, order, sign=-1))]
+        return _stack_rows(rows, jnp.shape(x0), dtype)
+    parts = []
     if p >= 0:
         top = min(p, order)
         scale = lax.integer_pow(x0, p - top) if p > top else None
-        rising = powers(x0, top)
-        falling = lax.rev(rising, (0,))  # x0^(top-m)
+        falling = lax.rev(powers(x0, top), (0,))  # x0^(top-m)
         parts.append(falling if scale is None else falling * scale[None])
-        rows += [r if scale is None else r * scale for r in (known_rows(rising) or [])[::-1]]
         if order > p:
-            inverse = powers(x0, order - p, sign=-1)
-            parts.append(inverse[1:])  # x0^-1, x0^-2, ...
-            rows += (known_rows(inverse) or [])[1:]
+            parts.append(powers(x0, order - p, sign=-1)[1:])  # x0^-1, x0^-2, ...
     else:
-        scale = lax.integer_pow(x0, p)
-        inverse = powers(x0, order, sign=-1)
-        parts.append(inverse * scale[None])
-        rows += [r * scale for r in known_rows(inverse) or []]
-    out = parts[0] if len(parts) == 1 else lax.concatenate(parts, 0)
-    # Row by row too (`known_rows`, as `powers` gives them up to `ROWS_MAX_ORDER`).
-    return with_rows(out, rows) if order <= ROWS_MAX_ORDER else out
+        parts.append(powers(x0, order, sign=-1) * lax.integer_pow(x0, p)[None])
+    return parts[0] if len(parts) == 1 else lax.concatenate(parts, 0)
 
 
 def _integer_binomial(p: int, m: int) -> int:
@@ -1316,12 +1293,11 @@ def exp_like_power_coeffs(p, x0: Array, order: int) -> Array:
         # gives rows (`known_rows`), each times its binomial as a number.
         x0 = jnp.broadcast_to(jnp.asarray(x0, dtype), shape)
         falling = integer_exponent_powers(x0, integer_p, order)
-        out = binomials(p, order, shape, dtype) * falling
         rows = known_rows(falling)
         if rows is None:
-            return out
+            return binomials(p, order, shape, dtype) * falling
         rows = [times_number(r, float(_integer_binomial(integer_p, m))) for m, r in enumerate(rows)]
-        return with_rows(out, rows)
+        return _stack_rows(rows, shape, dtype)
     binom = binomials(p, order, shape, dtype)
     steps = jnp.broadcast_to(jnp.asarray(p, dtype), shape)[None] - orders(order, len(shape), dtype)
     base = jnp.broadcast_to(x0, steps.shape).astype(dtype)

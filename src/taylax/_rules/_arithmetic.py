@@ -89,26 +89,19 @@ def _known_rows(x: Series) -> list | None:
     return [x.primal] if x.is_constant else ks.known_rows(x.coeffs)
 
 
-def _by_rows(out: Series, row_op, xs) -> Series:
-    """`out` (a linear function of `xs`), with its rows known (`ks.with_rows`) when the
-    rows of every input are: row k is `row_op` of the inputs' rows k.
+def _by_rows(row_op, xs) -> Series | None:
+    """`row_op` applied to each row of inputs whose rows are all known, else None.
 
     The result's rows are known too, so a chain of sums and negations of closed forms
     (`1 + t^2`, `-t^2 / 2`) reaches its readers as rows, never as stacked copies.
     `row_op` takes None for a row past an input's degree (a zero).
     """
     rows = [_known_rows(x) for x in xs]
-    if out.is_constant or any(r is None for r in rows) or all(x.is_constant for x in xs):
-        return out
+    if any(r is None for r in rows) or all(x.is_constant for x in xs):
+        return None
     count = max(len(r) for r in rows)
-    if out.coeffs.shape[0] != count or any(out.coeffs is x.coeffs for x in xs):
-        return out
-    rows = [row_op(*(r[k] if k < len(r) else None for r in rows)) for k in range(count)]
-    if not ks.in_loop_body() and any(
-        not x.is_constant and ks.is_stack_of_rows(x.coeffs) for x in xs
-    ):
-        return Series(ks.stack_rows(rows))
-    return Series(ks.with_rows(out.coeffs, rows))
+    out = [row_op(*(r[k] if k < len(r) else None for r in rows)) for k in range(count)]
+    return Series(ks.stack_rows(out))
 
 
 def _add_rows(a, b):
@@ -124,8 +117,9 @@ def _keeps_lines(prim, combine, row_op) -> None:
 
     def rule(order, *xs, **params):
         directions = [_direction(x) for x in xs]
-        out = _with_separate_rows(linear(order, *xs, **params), xs)
-        out = _by_rows(out, row_op, xs)
+        out = _by_rows(row_op, xs)
+        if out is None:
+            out = _with_separate_rows(linear(order, *xs, **params), xs)
         return _marked(out, None if None in directions else combine(*directions))
 
     register_rule(prim)(rule)
@@ -196,8 +190,8 @@ def _div(order, x, y, **params):
     if not y.is_constant:
         return _quotient_chunked(order, x, y)
     direction = _scaled_direction(x, y, lambda d, c: d / c if c else None)
-    out = _by_rows(_quotient(order, x, y), lambda a, _: ks.shielded(a) / y.primal, (x, y))
-    return _marked(out, direction)
+    out = _by_rows(lambda a, _: ks.shielded(a) / y.primal, (x, y))
+    return _marked(_quotient(order, x, y) if out is None else out, direction)
 
 
 def _div_reads_rows(eqn, operand: int, order: int, others_constant: bool) -> bool:
@@ -303,7 +297,7 @@ def _power_series(c, p, y0, order: int, integer_exponent: bool = False):
     being smooth).
     """
     c = ks.pad_degree(c, order)
-    x0 = ks.row(c, 0)
+    x0 = c[0]
     recurrence = ks.power(c, p, y0, order)
     if order == 0:
         return recurrence

@@ -32,34 +32,37 @@ def _full(x: Series, order: int):
 def _scaled(values, order: int, scale: float = 1.0):
     """Stack `values[k % len(values)] scale^k / k!` for k = 0..order (derivative cycles)."""
     dtype = jnp.result_type(*values)
+    if ks.rows_wanted(order):
+        # Row by row (`ks.known_rows`): readers multiply a buffer by a number.
+        magnitudes = ks.inverse_factorials(order, 0, dtype, scale)
+        rows = [ks.times_number(values[k % len(values)], magnitudes[k]) for k in range(order + 1)]
+        return ks.stack_rows(rows)
     cycle = jnp.stack(values)
     reps = -(-(order + 1) // len(values))
     shape = cycle.shape
     tiled = lax.broadcast_in_dim(cycle, (reps,) + shape, tuple(range(1, len(shape) + 1)))
     tiled = lax.reshape(tiled, (reps * shape[0],) + shape[1:])[: order + 1]
-    out = tiled * ks.inverse_factorials(order, len(shape) - 1, tiled.dtype, scale)
-    if order > ks.ROWS_MAX_ORDER:
-        return out
-    # Row by row too (`ks.known_rows`): readers multiply a buffer by a number.
-    magnitudes = ks.inverse_factorials(order, 0, dtype, scale)
-    rows = [ks.times_number(values[k % len(values)], magnitudes[k]) for k in range(order + 1)]
-    return ks.with_rows(out, rows)
+    return tiled * ks.inverse_factorials(order, len(shape) - 1, tiled.dtype, scale)
 
 
 def _trig_cycle(sin0, cos0, index: int, order: int, scale: float = 1.0):
     """`d^k/dx^k sin` (index 0) or `cos` (index 1) at `x0`, times `scale^k / k!`, for
     k = 0..order.
 
-    Row k is `sin` or `cos` times a signed `scale^k / k!`. Stacked as `A_k sin + B_k cos`
+    Row k is `sin` or `cos` times a signed `scale^k / k!`. Where `ks.rows_wanted`,
+    stacked with its rows known (`ks.known_rows`): a reader of row k multiplies one
+    buffer by a number, with no stacked copy in between. Otherwise `A_k sin + B_k cos`
     with constant vectors (one of the two 0 at each k): a few equations at any order,
-    one elementwise kernel in its readers' layout. Up to `ks.ROWS_MAX_ORDER` its rows
-    are known too (`ks.with_rows`): a reader of row k multiplies one buffer by a number.
-    Real only (complex sin and cos take `_scaled`): sin and cos are bounded, so the zero
-    weights never meet an inf.
+    one elementwise kernel in its readers' layout. Real only (complex sin and cos take
+    `_scaled`): sin and cos are bounded, so the zero weights never meet an inf.
     """
     start = 0 if index == 0 else 1
     magnitudes = ks.inverse_factorials(order, 0, np.float64, scale)
     signed = [magnitudes[k] if (start + k) % 4 < 2 else -magnitudes[k] for k in range(order + 1)]
+    if ks.rows_wanted(order):
+        # phase (start + k) % 4 is sin, cos, -sin, -cos
+        rows = [ks.times_number((sin0, cos0)[(start + k) % 2], signed[k]) for k in range(order + 1)]
+        return ks.stack_rows(rows)
     weights = np.zeros((2, order + 1))
     for k in range(order + 1):
         weights[(start + k) % 2, k] = signed[k]
@@ -67,12 +70,7 @@ def _trig_cycle(sin0, cos0, index: int, order: int, scale: float = 1.0):
     dtype = jnp.result_type(sin0)
     a = jnp.asarray(weights[0].reshape(shape), dtype)
     b = jnp.asarray(weights[1].reshape(shape), dtype)
-    out = a * sin0[None] + b * cos0[None]
-    if order > ks.ROWS_MAX_ORDER:
-        return out
-    # Row by row too; phase (start + k) % 4 is sin, cos, -sin, -cos.
-    rows = [ks.times_number((sin0, cos0)[(start + k) % 2], signed[k]) for k in range(order + 1)]
-    return ks.with_rows(out, rows)
+    return a * sin0[None] + b * cos0[None]
 
 
 def univariate(prim, line_coeffs, general, line_max_order: int | None = None):
