@@ -646,9 +646,10 @@ def known_rows(c: Array) -> list[Array] | None:
     under `vmap` the stack is a (points, coefficients) array, a concatenate along the
     minor axis, which XLA:CPU always materializes; a slice of it reads that buffer,
     whereas the row's own few products fuse into the reader. A stack no reader takes
-    whole is then never built. Not in loop bodies (`in_loop_body`).
+    whole is then never built. In loop bodies only up to `LOOP_ROWS_MAX_ORDER`
+    (`in_loop_body`).
     """
-    if in_loop_body():
+    if in_loop_body() and degree_of(c) > LOOP_ROWS_MAX_ORDER:
         return None
     return _ROW_LISTS.get(id(c)) if has_separate_rows(c) else None
 
@@ -670,21 +671,29 @@ def loop_body():
 def in_loop_body() -> bool:
     """Whether the rules now running trace the body of a `while` or `scan` (`loop_body`).
 
-    There, stacks stay stacks: closed forms and powers are built stacked (`rows_wanted`)
-    and readers slice them (no `known_rows`). A stack of rows is a concatenate whose
-    rows XLA:CPU computes as kernels of their own, and a linear operation on rows
-    stacks its result's rows again; a loop runs each of those kernels once per step,
-    where a stack's few vector operations fuse into one. RK4 along a direction at order
-    8 (100 steps, unvmapped) ran 136 kernels per step with rows against 83, 1.2-1.3x
-    slower; vmapped over 4,096 initial values, 1.23x slower.
+    There, past `LOOP_ROWS_MAX_ORDER`, stacks stay stacks: closed forms and powers are
+    built stacked (`rows_wanted`) and readers slice them (no `known_rows`). A stack of
+    rows is a concatenate whose rows XLA:CPU computes as kernels of their own, and a
+    linear operation on rows stacks its result's rows again; a loop runs each of those
+    kernels once per step, where a stack's few vector operations fuse into one. RK4
+    along a direction at order 8 (100 steps, unvmapped) ran 136 kernels per step with
+    rows against 83, 1.2-1.3x slower; vmapped over 4,096 initial values, 1.23x slower.
     """
     return _IN_LOOP_BODY.get()
 
 
+# In loop bodies, rows up to this order only (see `in_loop_body`). RK4 along a direction
+# (100 steps, unvmapped, one process, min of 300 calls), rows against stacks: 43 / 45 us
+# at order 2, 79 / 92 us at 4, 149 / 156 us at 6, 320 / 246 us at 8; vmapped over 4,096
+# initial values the same at orders 2 and 4.
+LOOP_ROWS_MAX_ORDER = 4
+
+
 def rows_wanted(order: int) -> bool:
     """Whether closed forms and powers of `order` are built row by row (`known_rows`):
-    up to `ROWS_MAX_ORDER`, outside loop bodies (`in_loop_body`)."""
-    return order <= ROWS_MAX_ORDER and not in_loop_body()
+    up to `ROWS_MAX_ORDER`, and in loop bodies up to `LOOP_ROWS_MAX_ORDER`."""
+    limit = LOOP_ROWS_MAX_ORDER if in_loop_body() else ROWS_MAX_ORDER
+    return order <= limit
 
 
 # Stacked arrays whose rows XLA reads without a pass over the whole stack: rows stacked
