@@ -15,7 +15,7 @@ from typing import Protocol
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat
+from . import _compat, _series as ks
 from ._series import Series
 
 
@@ -276,6 +276,13 @@ def eval_jaxpr_series(
     jaxpr: _compat.Jaxpr, consts: Sequence, args: Sequence[Series], order: int
 ) -> list[Series]:
     """Evaluate `jaxpr` on series inputs, truncating every series at `order`."""
+    with ks.taylor_pass(order):
+        return _eval_jaxpr_series(jaxpr, consts, args, order)
+
+
+def _eval_jaxpr_series(
+    jaxpr: _compat.Jaxpr, consts: Sequence, args: Sequence[Series], order: int
+) -> list[Series]:
     env: dict = {}
 
     def read(v) -> Series:

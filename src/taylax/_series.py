@@ -30,6 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from . import _once
+
 Array = jax.Array
 
 
@@ -123,9 +125,11 @@ def computed_once(value: Array, one: Array) -> Array:
     the copies make it O(K^3). XLA does not copy an expensive producer such as a
     division, so `value / one` (with `one = opaque_one(...)`, exactly 1) is computed
     once into a buffer that the readers share. A reader that divides by it or into it
-    must take it through `shielded`.
+    must take it through `shielded`. Large values in passes of low order stay unmarked
+    (`taylax._once`: decided when the program is lowered, from the batched shape).
     """
-    out = value / one.astype(jnp.result_type(value))
+    one = one.astype(jnp.result_type(value))
+    out = _once.mark(value, one, kind="once", pass_order=pass_order())
     _ONCE[id(out)] = out
     return out
 
@@ -142,14 +146,32 @@ def shielded(x: Array) -> Array:
     kernel: `cos t / (2 + sin t)` computed cos twice, 1.3-1.4x slower at orders 2-8.
     A product with `opaque_one` (exactly 1) is not a division; it alone is copied into
     the reader (for complex values part by part: `inf * (1 + 0j)` has a nan part). Other
-    values are returned as they are.
+    values are returned as they are; where the value is lowered unmarked, so is this.
     """
     if _ONCE.get(id(x)) is not x:
         return x
-    one = opaque_one(x)
-    if jnp.iscomplexobj(x):
-        return lax.complex(lax.real(x) * one, lax.imag(x) * one)
-    return x * one.astype(jnp.result_type(x))
+    return _once.mark(x, opaque_one(x), kind="shield", pass_order=pass_order())
+
+
+# The order of the Taylor pass being traced (`pass_order`), per thread and context.
+_PASS_ORDER: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "taylax_pass_order", default=None
+)
+
+
+@contextlib.contextmanager
+def taylor_pass(order: int):
+    """Mark the rules run inside as part of a Taylor pass of `order` (`pass_order`)."""
+    token = _PASS_ORDER.set(order)
+    try:
+        yield
+    finally:
+        _PASS_ORDER.reset(token)
+
+
+def pass_order() -> int | None:
+    """The order of the Taylor pass now being traced, or None outside one (`taylor_pass`)."""
+    return _PASS_ORDER.get()
 
 
 def degree_of(c: Array) -> int:
@@ -918,6 +940,9 @@ def _divide_rows(a: Array, b: Array, order: int, q0, shape, dtype) -> list[Array
     b0 = shielded(b_rows[0])
     q = [shielded(a_rows[0]) / b0 if q0 is None else jnp.asarray(q0, dtype)]
     one = opaque_one(b_rows[0])
+    # One division, then products: where the rows stay unmarked (`computed_once`), XLA
+    # copies products into their readers but keeps each division in a kernel of its own.
+    reciprocal = 1 / b0
     for k in range(1, order + 1):
         known = _dot_rows((b_rows[j], q[k - j]) for j in range(1, k + 1))
         top = a_rows[k]
@@ -926,7 +951,7 @@ def _divide_rows(a: Array, b: Array, order: int, q0, shape, dtype) -> list[Array
         if top is None:
             q.append(jnp.zeros(shape, dtype))
             continue
-        q.append(computed_once(shielded(top) / b0, one))
+        q.append(computed_once(shielded(top) * reciprocal, one))
     return q
 
 
@@ -944,6 +969,7 @@ def power(x: Array, p, y0: Array, order: int) -> Array:
         x0 = jnp.asarray(xs[0], dtype)
         ys = [jnp.asarray(y0, dtype)]
         one = opaque_one(x0)
+        reciprocal = 1 / shielded(x0)  # one division, then products: see `_divide_rows`
         for k in range(1, order + 1):
             terms = []
             for m in range(k):
@@ -956,7 +982,7 @@ def power(x: Array, p, y0: Array, order: int) -> Array:
             ys.append(
                 jnp.zeros(shape, dtype)
                 if acc is None
-                else computed_once(acc / (float(k) * x0), one)
+                else computed_once(acc * reciprocal * (1 / k), one)
             )
         return _stack_rows(ys, shape, dtype)
     span = blocked_span(order)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .. import _compat
+from .. import _compat, _once
 from .._interpret import register_rule
 from .._series import Series, pad_degree, with_primal
 from ._common import defelementwise_linear, deflinear
@@ -166,3 +166,13 @@ def _optimization_barrier(order, *xs, **params):
         *[x.primal if x.is_constant else x.coeffs for x in xs], **params
     )
     return [Series.constant(o) if x.is_constant else Series(o) for o, x in zip(outs, xs)]
+
+
+@register_rule(_once.computed_once_p)
+def _computed_once(order, x, one, **params):
+    # The identity on every coefficient: each stays marked as the primal was.
+    del order
+    if x.is_constant:
+        return Series.constant(_once.computed_once_p.bind(x.primal, one.primal, **params))
+    ones = jnp.broadcast_to(one.primal, x.coeffs.shape)
+    return Series(_once.computed_once_p.bind(x.coeffs, ones, **params))

@@ -1,0 +1,114 @@
+"""Values that XLA computes once into a buffer, or fuses into their readers, by size.
+
+A Taylor kernel reads each coefficient once per later coefficient, and XLA:CPU copies
+cheap elementwise producers into every kernel that reads them. Marking a value (a
+division by an `opaque_one`, which XLA does not copy) makes XLA compute it once into a
+buffer the readers share (see `taylax._series.computed_once`). A buffer has a price:
+written, read back and, for large arrays, freshly allocated on every call (glibc serves
+blocks past its `mmap` threshold afresh, so every page faults on first touch). At low
+orders the readers are few and the copies cheap, so above `UNMARKED_MIN_BYTES` a mark
+costs more than it saves.
+
+The size of a value is known only when the program is lowered: `jax.vmap` batches the
+traced program afterwards, so the Taylor rules see one point's shapes. The mark is
+therefore a primitive, `taylax_computed_once`, that is lowered as the marking division
+or as the value itself once its batched shape is known.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import _compat
+
+# At pass orders up to this, values of at least `UNMARKED_MIN_BYTES` stay unmarked.
+UNMARKED_MAX_ORDER = 4
+# 4 MiB: 524,288 float64 values (a million-point batch's rows are 8 MiB). Measured on
+# vmapped chains (2 CPUs, `0.3 sin(t) t^10`, the damped wave and the growth chain,
+# orders 2 and 4): unmarked ran 0.72-0.98x marked at 1,048,576 points and 1.2-1.8x at
+# 262,144 (2 MiB rows), where buffers stay in cache and are reused without faults.
+UNMARKED_MIN_BYTES = 1 << 22
+
+computed_once_p = _compat.Primitive("taylax_computed_once")
+
+
+def mark(value, one, *, kind: str, pass_order: int | None):
+    """Bind `taylax_computed_once` on `value` with `one` (an `opaque_one`, exactly 1).
+
+    `kind="once"` marks `value` (lowered as `value / one`); `kind="shield"` protects a
+    marked value from XLA's division rewrites (lowered as `value * one`). `pass_order` is
+    the Taylor pass's order (None: always marked).
+    """
+    if jnp.shape(one) != jnp.shape(value):
+        one = jnp.broadcast_to(one, jnp.shape(value))
+    return computed_once_p.bind(value, one, kind=kind, pass_order=pass_order)
+
+
+def stays_marked(aval, order: int | None) -> bool:
+    """Whether a value of abstract type `aval` in a pass of `order` is lowered marked."""
+    if order is None or order > UNMARKED_MAX_ORDER:
+        return True
+    size = math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
+    return size < UNMARKED_MIN_BYTES
+
+
+def _marked(value, one, *, kind, pass_order):
+    del pass_order
+    if kind == "once":
+        return [value / one]
+    if jnp.iscomplexobj(value):  # part by part: `inf * (1 + 0j)` has a nan part
+        return [lax.complex(lax.real(value) * one, lax.imag(value) * one)]
+    return [value * one]
+
+
+_lower_marked = _compat.mlir.lower_fun(_marked, multiple_results=True)
+
+
+def _lower(ctx, value, one, *, kind, pass_order):
+    if stays_marked(ctx.avals_in[0], pass_order):
+        return _lower_marked(ctx, value, one, kind=kind, pass_order=pass_order)
+    return [value]
+
+
+def _abstract_eval(value, one, *, kind, pass_order):
+    del one, kind, pass_order
+    return _compat.shaped_array(value.shape, value.dtype)
+
+
+def _impl(value, one, *, kind, pass_order):
+    del one, kind, pass_order
+    return value
+
+
+def _jvp(primals, tangents, *, kind, pass_order):
+    value, one = primals
+    tangent = _compat.ad.instantiate_zeros(tangents[0])
+    params = dict(kind=kind, pass_order=pass_order)
+    return computed_once_p.bind(value, one, **params), computed_once_p.bind(tangent, one, **params)
+
+
+def _transpose(cotangent, value, one, *, kind, pass_order):
+    del value
+    if type(cotangent) is _compat.ad.Zero:
+        return [None, None]
+    return [computed_once_p.bind(cotangent, one, kind=kind, pass_order=pass_order), None]
+
+
+def _batch(args, dims, *, kind, pass_order):
+    value, one = args
+    size = next(jnp.shape(a)[d] for a, d in zip(args, dims) if d is not None)
+    value = _compat.batching.bdim_at_front(value, dims[0], size)
+    one = _compat.batching.bdim_at_front(one, dims[1], size)
+    return computed_once_p.bind(value, one, kind=kind, pass_order=pass_order), 0
+
+
+computed_once_p.def_impl(_impl)
+computed_once_p.def_abstract_eval(_abstract_eval)
+_compat.mlir.register_lowering(computed_once_p, _lower)
+_compat.ad.primitive_jvps[computed_once_p] = _jvp
+_compat.ad.primitive_transposes[computed_once_p] = _transpose
+_compat.batching.primitive_batchers[computed_once_p] = _batch

@@ -1,0 +1,102 @@
+"""The `taylax_computed_once` primitive: the identity, marked or not when lowered by size."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import taylax
+from taylax import _once, _series as ks
+
+LARGE = _once.UNMARKED_MIN_BYTES // 8  # float64 values: the smallest unmarked size
+
+
+def _marked(kind="once", pass_order=2):
+    def fn(x):
+        return _once.mark(x, ks.opaque_one(x), kind=kind, pass_order=pass_order)
+
+    return fn
+
+
+def _lowered(fn, *shapes) -> str:
+    # Lowered, not compiled: nothing of the large shapes is allocated.
+    args = [jax.ShapeDtypeStruct(s, jnp.float64) for s in shapes]
+    return jax.jit(fn).lower(*args).as_text()
+
+
+def _unmarked(text: str) -> bool:
+    """Whether a lowered one-input program returns its input unchanged."""
+    return "return %arg0 " in text
+
+
+@pytest.mark.parametrize("kind", ["once", "shield"])
+def test_marks_are_lowered_by_size_and_order(kind):
+    # Below the size bound, or at orders past `UNMARKED_MAX_ORDER`, the mark is the
+    # division (or product) by an opaque one; above it at low orders, the value itself.
+    assert not _unmarked(_lowered(_marked(kind), (LARGE - 1,)))
+    assert _unmarked(_lowered(_marked(kind), (LARGE,)))
+    assert not _unmarked(_lowered(_marked(kind, _once.UNMARKED_MAX_ORDER + 1), (LARGE,)))
+    assert not _unmarked(_lowered(_marked(kind, None), (LARGE,)))  # outside a Taylor pass
+
+
+def test_batched_marks_are_lowered_by_the_batched_size():
+    # Under vmap the rules see one point; the lowering sees the whole batch.
+    per_point = jax.vmap(_marked())
+    assert not _unmarked(_lowered(per_point, (1024,)))
+    assert _unmarked(_lowered(per_point, (LARGE,)))
+    # `one` shared by the batch (not batched) is broadcast to it.
+    shared = jax.vmap(lambda x, one: _once.mark(x, one, kind="once", pass_order=2), (0, None))
+    assert "stablehlo.divide" not in _lowered(shared, (LARGE,), ())
+    assert "stablehlo.divide" in _lowered(shared, (1024,), ())
+    np.testing.assert_array_equal(shared(jnp.arange(3.0), jnp.ones(())), np.arange(3.0))
+
+
+@pytest.mark.parametrize("size", [5, LARGE])
+@pytest.mark.parametrize("kind", ["once", "shield"])
+def test_marks_are_the_identity(kind, size):
+    x = jnp.linspace(-2.0, 3.0, size).at[:4].set(jnp.array([jnp.inf, -jnp.inf, jnp.nan, -0.0]))
+    out = np.asarray(jax.jit(_marked(kind))(x))
+    np.testing.assert_array_equal(out, np.asarray(x))
+    assert np.signbit(out[3])
+    np.testing.assert_array_equal(np.asarray(_marked(kind)(x[4:9])), np.asarray(x[4:9]))
+
+
+def test_marks_differentiate_as_the_identity():
+    x = jnp.array([0.3, -1.2, 2.0])
+    fn = _marked()
+
+    def loss(x):
+        return jnp.sum(jnp.sin(fn(x)) ** 2)
+
+    expected = jax.grad(lambda x: jnp.sum(jnp.sin(x) ** 2))(x)
+    np.testing.assert_allclose(jax.grad(loss)(x), expected, rtol=1e-15)
+    np.testing.assert_allclose(jax.jit(jax.grad(loss))(x), expected, rtol=1e-15)
+    _, tangent = jax.jvp(fn, (x,), (jnp.array([1.0, 2.0, 3.0]),))
+    np.testing.assert_array_equal(tangent, [1.0, 2.0, 3.0])
+
+
+def test_taylor_passes_through_emitted_marks():
+    # A program that already holds a Taylor pass (and its marks) differentiates again.
+    def f(t):
+        return jnp.exp(-(t**2) / 2) * jnp.cos(3 * t) / (1 + t**2)
+
+    inner = jax.jit(taylax.derivatives(f, 2))
+    assert "taylax_computed_once" in str(jax.make_jaxpr(inner)(0.7))
+    outer = taylax.derivatives(inner, 2)(0.7)
+    direct = taylax.derivatives(f, 4)(0.7)
+    for k in range(3):
+        np.testing.assert_allclose(outer[:, k], direct[k : k + 3], rtol=1e-13)
+
+
+@pytest.mark.parametrize("order", [2, 4, 8])
+def test_large_batches_give_the_marked_values(order):
+    # The unmarked lowering computes the same arithmetic: values agree to rounding
+    # (the division recurrence multiplies by one reciprocal either way).
+    def f(t):
+        return jnp.sqrt(1 + t**2) * jnp.exp(jnp.sin(t)) / (2 + jnp.cos(t))
+
+    fn = jax.jit(jax.vmap(taylax.derivatives(f, order)))
+    t = jnp.linspace(0.5, 1.5, LARGE)
+    large = np.asarray(fn(t))
+    small = np.asarray(fn(t[::4096]))
+    np.testing.assert_allclose(large[::4096], small, rtol=1e-14, atol=0)
