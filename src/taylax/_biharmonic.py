@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _series as ks
 from ._collapsed import (
     Chain,
     _bind_one,
@@ -138,13 +139,17 @@ def _apply(x: Jet4, phi: Sequence[Array], primal) -> Jet4:
     hg = _hessian_times(h, g)
     s = _dot(g, g)
     trace = _trace(h, d)
-    u = _dot(g, hg)
+    outer = _outer(g)
+    # `g . H g` as `<H, g g^T>` on the packed entries: where only `Q_y` is read (the last
+    # nonlinearity before a linear output) no `H g` is left, whose gather filled a (d, d)
+    # buffer per point (tanh MLP, d = 16, batch 256: 58 -> 44 ms).
+    u = _frobenius(h, outer, d)
     # A reduction over the leading axis: a tensordot with the band weights made XLA
     # transpose `h` for a dot.
     frobenius = _frobenius(h, h, d)
     p1, p2, p3, p4 = phi
     g_y = p1 * g
-    h_y = p1 * h + p2 * _outer(g)
+    h_y = p1 * h + p2 * outer
     t_y = p1 * t + p2 * (trace * g + 2 * hg) + p3 * s * g
     q_y = (
         p1 * q
@@ -210,9 +215,8 @@ def _link(eqn, values, only_elementwise_readers) -> Chain | None:
             series.append(x.state)
         elif x.is_constant:
             series.append(Series.constant(x.primal))
-        else:  # the root itself
-            one, zero = jnp.ones_like(x.primal), jnp.zeros_like(x.primal)
-            series.append(Series(jnp.stack([x.primal, one, zero, zero, zero])))
+        else:  # the root itself: the unit seed, so closed forms along a line apply
+            series.append(Series(ks.unit_seed(x.primal)))
     (y,) = _rule(eqn)(_ORDER, *series)
     return Chain(_bind_one(eqn, [x.primal for x in values]), root, y)
 
