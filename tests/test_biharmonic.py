@@ -113,6 +113,10 @@ def test_hessian_is_packed_in_the_matmuls():
     ]
     assert (d * (d + 1) // 2, width) in lhs_rows
     assert not any(shape[0] == d * d for shape in lhs_rows if len(shape) == 2)
+    # The input's Hessian, third and fourth quantities are known zeros: the first layer
+    # maps only the d gradient rows.
+    assert (d, d) in lhs_rows
+    assert (d * (d + 1) // 2, d) not in lhs_rows
 
 
 def test_gradient_with_respect_to_parameters_passed_in():

@@ -66,10 +66,16 @@ class Unsupported(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Jet4:
-    """A value and its biharmonic quantities (None for a constant)."""
+    """A value and its biharmonic quantities (None for a constant).
+
+    A quantity known to be zero is None too: the input's Hessian, third and fourth
+    quantities, and what linear maps make of them. The first nonlinearity then skips
+    every term they enter instead of multiplying arrays of zeros (which XLA keeps: `0 x`
+    is not 0 for every float).
+    """
 
     primal: Array
-    parts: tuple | None = None  # (grad, hess, third, fourth)
+    parts: tuple | None = None  # (grad, hess, third, fourth), each an array or None
 
     @property
     def is_constant(self) -> bool:
@@ -132,56 +138,97 @@ def _dot(a: Array, b: Array) -> Array:
     return jnp.sum(a * b, 0)
 
 
+def _sum(*terms):
+    """The sum of the terms that are not None (known zeros); None if all are."""
+    present = [t for t in terms if t is not None]
+    if not present:
+        return None
+    total = present[0]
+    for t in present[1:]:
+        total = total + t
+    return total
+
+
+def _times(*factors):
+    """The product of the factors; None (zero) if any is None."""
+    if any(f is None for f in factors):
+        return None
+    product = factors[0]
+    for f in factors[1:]:
+        product = product * f
+    return product
+
+
+def _packed_dim(h: Array) -> int:
+    """`d` of a packed Hessian of `d (d + 1) / 2` entries."""
+    return (math.isqrt(8 * h.shape[0] + 1) - 1) // 2
+
+
 def _apply(x: Jet4, phi: Sequence[Array], primal) -> Jet4:
     """`phi(x)` from `phi[k]`, the k-th derivative at `x.primal` (k = 1..4)."""
     g, h, t, q = x.parts
-    d = g.shape[0]
-    hg = _hessian_times(h, g)
-    s = _dot(g, g)
-    trace = _trace(h, d)
-    outer = _outer(g)
+    has_g, has_h = g is not None, h is not None
+    d = _packed_dim(h) if has_h else None
+    hg = _hessian_times(h, g) if has_g and has_h else None
+    s = _dot(g, g) if has_g else None
+    trace = _trace(h, d) if has_h else None
+    outer = _outer(g) if has_g else None
     # `g . H g` as `<H, g g^T>` on the packed entries: where only `Q_y` is read (the last
     # nonlinearity before a linear output) no `H g` is left, whose gather filled a (d, d)
     # buffer per point (tanh MLP, d = 16, batch 256: 58 -> 44 ms).
-    u = _frobenius(h, outer, d)
+    u = _frobenius(h, outer, d) if has_g and has_h else None
     # A reduction over the leading axis: a tensordot with the band weights made XLA
     # transpose `h` for a dot.
-    frobenius = _frobenius(h, h, d)
+    frobenius = _frobenius(h, h, d) if has_h else None
     p1, p2, p3, p4 = phi
-    g_y = p1 * g
-    h_y = p1 * h + p2 * outer
-    t_y = p1 * t + p2 * (trace * g + 2 * hg) + p3 * s * g
-    q_y = (
-        p1 * q
-        + p2 * (trace * trace + 4 * _dot(g, t) + 2 * frobenius)
-        + p3 * (2 * s * trace + 4 * u)
-        + p4 * s * s
+    g_y = _times(p1, g)
+    h_y = _sum(_times(p1, h), _times(p2, outer))
+    t_y = _sum(_times(p1, t), _times(p2, _sum(_times(trace, g), _times(2, hg))), _times(p3, s, g))
+    q_y = _sum(
+        _times(p1, q),
+        _times(p2, _sum(_times(trace, trace), _times(4, _dot_or_none(g, t)), _times(2, frobenius))),
+        _times(p3, _sum(_times(2, s, trace), _times(4, u))),
+        _times(p4, s, s),
     )
     return Jet4(primal, (g_y, h_y, t_y, q_y))
+
+
+def _dot_or_none(a, b):
+    return None if a is None or b is None else _dot(a, b)
 
 
 def _product(x: Jet4, y: Jet4, primal) -> Jet4:
     """`x * y` of two values with biharmonic parts, by Leibniz's rule (module docstring)."""
     (gx, hx, tx, qx), (gy, hy, ty, qy) = x.parts, y.parts
-    d = gx.shape[0]
-    lx, ly = _trace(hx, d), _trace(hy, d)
-    g = x.primal * gy + y.primal * gx
-    h = x.primal * hy + y.primal * hx + _symmetric_outer(gx, gy)
-    t = (
-        x.primal * ty
-        + y.primal * tx
-        + ly * gx
-        + lx * gy
-        + 2 * (_hessian_times(hx, gy) + _hessian_times(hy, gx))
+    lx = _trace(hx, _packed_dim(hx)) if hx is not None else None
+    ly = _trace(hy, _packed_dim(hy)) if hy is not None else None
+    both_g = gx is not None and gy is not None
+    g = _sum(_times(x.primal, gy), _times(y.primal, gx))
+    h = _sum(
+        _times(x.primal, hy), _times(y.primal, hx), _symmetric_outer(gx, gy) if both_g else None
     )
-    q = (
-        x.primal * qy
-        + y.primal * qx
-        + 2 * lx * ly
-        + 4 * (_dot(gx, ty) + _dot(gy, tx))
-        + 4 * _frobenius(hx, hy, d)
+    t = _sum(
+        _times(x.primal, ty),
+        _times(y.primal, tx),
+        _times(ly, gx),
+        _times(lx, gy),
+        _times(2, _sum(_hessian_times_or_none(hx, gy), _hessian_times_or_none(hy, gx))),
+    )
+    frobenius = None
+    if hx is not None and hy is not None:
+        frobenius = _frobenius(hx, hy, _packed_dim(hx))
+    q = _sum(
+        _times(x.primal, qy),
+        _times(y.primal, qx),
+        _times(2, lx, ly),
+        _times(4, _sum(_dot_or_none(gx, ty), _dot_or_none(gy, tx))),
+        _times(4, frobenius),
     )
     return Jet4(primal, (g, h, t, q))
+
+
+def _hessian_times_or_none(h, g):
+    return None if h is None or g is None else _hessian_times(h, g)
 
 
 def _reciprocal(y: Jet4) -> Jet4:
@@ -228,12 +275,15 @@ def _linear(eqn, xs: Sequence[Jet4], mask, primals) -> list[Jet4]:
     for i in range(4):
 
         def rows(x, i=i):
-            if x.is_constant:
+            if x.is_constant or x.parts[i] is None:
                 return None
             return x.parts[i] if i < 3 else x.parts[i][None]
 
-        mapped.append(_map_linear(eqn, xs, mask, rows))
-    return [Jet4(p, (g, h, t, q[0])) for p, g, h, t, q in zip(primals, *mapped)]
+        out = _map_linear(eqn, xs, mask, rows)
+        mapped.append([None] * len(primals) if out is None else out)
+    return [
+        Jet4(p, (g, h, t, None if q is None else q[0])) for p, g, h, t, q in zip(primals, *mapped)
+    ]
 
 
 def _apply_equation(eqn, xs: Sequence[Jet4], primals) -> list[Jet4]:
@@ -260,11 +310,10 @@ def eval_jaxpr_biharmonic(jaxpr, consts, args: Sequence[Jet4]) -> list[Jet4]:
 def seed(x: Array) -> Jet4:
     """The input: `g = e_a` (the basis of `x`'s entries), everything above it zero."""
     d = x.size
+    # Built from shapes, not from `x`: under `vmap` it stays unbatched, so the first
+    # layer maps `d` constant rows once, not once per point.
     g = jnp.eye(d, dtype=x.dtype).reshape((d, *x.shape))
-    h = jnp.zeros((d * (d + 1) // 2, *x.shape), x.dtype)
-    # Zeros built from shapes, not from `x`: under `vmap` they stay unbatched, so the first
-    # layer maps `d + d (d+1)/2 + d + 1` constant rows once, not once per point.
-    return Jet4(x, (g, h, jnp.zeros_like(g), jnp.zeros(x.shape, x.dtype)))
+    return Jet4(x, (g, None, None, None))
 
 
 def program_of(jaxpr):
