@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import taylax
+from taylax import _operators
 from taylax._operators import _multi_indices, interpolation_weight
 
 jax.config.update("jax_enable_x64", True)
@@ -158,6 +159,30 @@ def test_grad_of_laplacian_loss_matches_hessian_version(loss_of):
     theirs = jax.grad(dense_loss)(PARAMS)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
         _close(a, b, rtol=1e-10)
+
+
+@pytest.mark.parametrize("d", [64, 70])
+def test_many_directions_run_in_blocks(d):
+    """From `BLOCKED_MIN_DIRECTIONS` on, summed passes run in blocks of directions (a loop
+    over full blocks and a remainder): the Laplacian, the weighted one and their gradient
+    with respect to parameters equal the dense versions."""
+    assert d >= _operators.BLOCKED_MIN_DIRECTIONS
+    rng = np.random.default_rng(d)
+    w1 = jnp.asarray(rng.normal(size=(d, 6)) / np.sqrt(d))
+    w2 = jnp.asarray(rng.normal(size=(6,)))
+
+    def f(x, w1):
+        return jnp.tanh(jnp.sin(x) @ w1) @ w2
+
+    x = jnp.asarray(rng.normal(size=d))
+    h = jax.hessian(f)(x, w1)
+    _close(jax.jit(taylax.laplacian(f))(x, w1), jnp.trace(h))
+    a = jnp.asarray(rng.normal(size=(d, d)))
+    _close(taylax.weighted_laplacian(lambda x: f(x, w1), a)(x), jnp.sum(a * h))
+    grad = jax.grad(lambda w: taylax.laplacian(f)(x, w))(w1)
+    _close(grad, jax.grad(lambda w: jnp.trace(jax.hessian(f)(x, w)))(w1), rtol=1e-10)
+    jaxpr = jax.make_jaxpr(taylax.laplacian(f))(x, w1)
+    assert "scan" in {e.primitive.name for e in jaxpr.eqns}
 
 
 # --------------------------------------------------------------------------
