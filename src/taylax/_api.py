@@ -12,6 +12,7 @@ import numpy as np
 from jax import lax
 
 from . import (
+    _chunks,
     _compat,
     _rules,  # noqa: F401  (registers the built-in rules)
 )
@@ -235,7 +236,18 @@ def _taylor_leaves(fun, order, x, v, kind, api, unit=False):
     closed, out_tree = _trace(fun, (x,), api)
     program_for = _taylor_program if kind == "taylor" else _derivatives_program
     program, consts = _cached_program(closed, (kind, order, unit), fun, program_for(order, unit))
-    return program(consts, x_leaves, v_leaves), out_tree
+    # Flat arrays in and out, so that a large batch can run in chunks of points.
+    sizes = (len(consts), len(x_leaves))
+    flat, result_tree = [], []
+
+    def flat_program(*args):
+        c, xs, vs = args[: sizes[0]], args[sizes[0] : sum(sizes)], args[sum(sizes) :]
+        leaves, tree = jax.tree.flatten(program(list(c), list(xs), list(vs)))
+        result_tree[:] = [tree]
+        return leaves
+
+    flat = _chunks.call(flat_program, [*consts, *x_leaves, *v_leaves])
+    return jax.tree.unflatten(result_tree[0], flat), out_tree
 
 
 def _check_direction(x, v):

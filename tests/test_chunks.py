@@ -1,0 +1,113 @@
+"""Large vmapped batches of Taylor passes run in chunks of points (`taylax._chunks`):
+the same values as one vmap, through `jax.grad` and `jax.jvp` too, and only where the
+pass keeps many buffers."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import taylax
+from reference import all_equations
+from taylax import _chunks
+
+jax.config.update("jax_enable_x64", True)
+
+
+def damped_wave(t):
+    return jnp.exp(-(t**2) / 2) * jnp.cos(3 * t) / (1 + t**2)
+
+
+def seed_function(t):
+    return 0.3 * jnp.sin(t) * t**10
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of 16 points from 32 points on, whatever the buffers' size."""
+    monkeypatch.setattr(_chunks, "CHUNK_POINTS", 16)
+    monkeypatch.setattr(_chunks, "CHUNKED_MIN_BYTES", 1)
+
+
+def _primitives(fn, *args) -> set[str]:
+    return {e.primitive.name for e in all_equations(jax.make_jaxpr(fn)(*args))}
+
+
+def _relative(a, b) -> float:
+    a, b = np.asarray(a), np.asarray(b)
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+@pytest.mark.parametrize("points", [64, 70])
+def test_chunks_equal_one_vmap(small_chunks, points):
+    t = jnp.linspace(0.5, 1.5, points)
+    d = taylax.derivatives(damped_wave, 8)
+    chunked = jax.vmap(d)
+    # A jit inside the vmap hides the batch from the API call: one plain vmap.
+    plain = jax.vmap(jax.jit(d))
+    assert "scan" in _primitives(chunked, t)
+    assert "scan" not in _primitives(plain, t)
+    np.testing.assert_allclose(jax.jit(chunked)(t), plain(t), rtol=1e-14, atol=0)
+    # A direction batched with the points, and one shared by all of them.
+    v = jnp.linspace(1.0, 2.0, points)
+    np.testing.assert_allclose(jax.vmap(d)(t, v), jax.vmap(jax.jit(d))(t, v), rtol=1e-14)
+    shared = jax.vmap(lambda t: d(t, jnp.asarray(0.5)))
+    np.testing.assert_allclose(shared(t), jax.vmap(jax.jit(lambda t: d(t, 0.5)))(t), rtol=1e-14)
+
+
+def test_chunks_under_grad_and_jvp(small_chunks):
+    t = jnp.linspace(0.5, 1.5, 40)
+    taylor = taylax.taylor(damped_wave, 6)
+
+    def d(t):
+        return taylor(t, jnp.ones_like(t))
+
+    def loss(t, batch):
+        return sum(jnp.sum(leaf**2) for leaf in jax.tree.leaves(batch(d)(t)))
+
+    chunked = jax.grad(lambda t: loss(t, jax.vmap))(t)
+    plain = jax.grad(lambda t: loss(t, lambda g: jax.vmap(jax.jit(g))))(t)
+    assert _relative(chunked, plain) < 1e-13
+    tangent = jnp.cos(t)
+    _, chunked = jax.jvp(jax.vmap(d), (t,), (tangent,))
+    _, plain = jax.jvp(jax.vmap(jax.jit(d)), (t,), (tangent,))
+    for a, b in zip(jax.tree.leaves(chunked), jax.tree.leaves(plain)):
+        assert _relative(a, b) < 1e-13
+    assert "scan" in _primitives(jax.vmap(d), t)
+
+
+def test_few_buffers_stay_one_vmap(small_chunks):
+    """`0.3 sin(t) t^10` keeps two buffers: chunks would only add a loop."""
+    t = jnp.linspace(0.5, 1.5, 64)
+    closed = jax.make_jaxpr(taylax.derivatives(seed_function, 8))(1.0)
+    count, _ = _chunks.buffered_bytes(closed)
+    assert count < _chunks.CHUNKED_MIN_BUFFERS
+    assert "scan" not in _primitives(jax.vmap(taylax.derivatives(seed_function, 8)), t)
+
+
+def test_small_batches_stay_one_vmap():
+    t = jnp.linspace(0.5, 1.5, 1000)
+    assert "scan" not in _primitives(jax.vmap(taylax.derivatives(damped_wave, 8)), t)
+
+
+def test_named_axes_stay_one_vmap(small_chunks):
+    """A collective over the vmapped axis needs every point at once."""
+    t = jnp.linspace(0.5, 1.5, 64)
+
+    def f(t):
+        return damped_wave(t) * jax.lax.psum(t, "points")
+
+    d = taylax.derivatives(f, 8)
+    out = jax.vmap(d, axis_name="points")(t)
+    assert "scan" not in _primitives(jax.vmap(d, axis_name="points"), t)
+    first = jax.vmap(lambda t: jax.jvp(f, (t,), (1.0,))[1], axis_name="points")(t)
+    np.testing.assert_allclose(out[:, 1], first, rtol=1e-13)
+
+
+def test_buffered_bytes_counts_marked_values():
+    closed = jax.make_jaxpr(taylax.derivatives(damped_wave, 8))(1.0)
+    count, size = _chunks.buffered_bytes(closed)
+    assert count >= _chunks.CHUNKED_MIN_BUFFERS
+    assert size == 8 * count  # one float64 per buffered value and point
