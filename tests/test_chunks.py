@@ -87,6 +87,14 @@ def test_few_buffers_stay_one_vmap(small_chunks):
     assert "scan" not in _primitives(jax.vmap(taylax.derivatives(seed_function, 8)), t)
 
 
+def test_high_orders_stay_one_vmap(small_chunks):
+    """Past `CHUNKED_MAX_ORDER` chunks ran slower than one vmap."""
+    t = jnp.linspace(0.5, 1.5, 64)
+    order = _chunks.CHUNKED_MAX_ORDER + 1
+    assert "scan" not in _primitives(jax.vmap(taylax.derivatives(damped_wave, order)), t)
+    assert "scan" in _primitives(jax.vmap(taylax.derivatives(damped_wave, order - 1)), t)
+
+
 def test_small_batches_stay_one_vmap():
     t = jnp.linspace(0.5, 1.5, 1000)
     assert "scan" not in _primitives(jax.vmap(taylax.derivatives(damped_wave, 8)), t)

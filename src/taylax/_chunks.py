@@ -25,9 +25,11 @@ import math
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from . import _compat
+from ._count import iter_equations
 
 # Points per chunk, and the buffers from which chunks are used (from 2 chunks of points
 # on). Measured with `jax.jit(jax.vmap(taylax.derivatives(f, K)))` against `jax.lax.map`
@@ -41,6 +43,8 @@ from . import _compat
 CHUNK_POINTS = 1 << 16
 CHUNKED_MIN_BYTES = 32 << 20
 CHUNKED_MIN_BUFFERS = 8
+CHUNKED_MAX_ORDER = 16
+_ONCE_NAME = "taylax_computed_once"
 
 chunked_call_p = _compat.Primitive("taylax_chunked_call")
 chunked_call_p.multiple_results = True
@@ -62,7 +66,7 @@ def call(fun: Callable, args: list) -> list:
     `jax.vmap` around it batches many points (see the module docstring)."""
     if not any(isinstance(a, _compat.BatchTracer) for a in args):
         return list(fun(*args))
-    avals = [jax.ShapeDtypeStruct(np.shape(a), jax.numpy.result_type(a)) for a in args]
+    avals = [jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)) for a in args]
     return chunked_call_p.bind(*args, program=PointProgram(fun, avals))
 
 
@@ -90,25 +94,25 @@ _NAMED_AXIS_PRIMITIVES = frozenset(
 def buffered_bytes(closed) -> tuple[int, int]:
     """How many values a pass keeps in buffers (`computed_once`), and their bytes per point."""
     count, size = 0, 0
-    for eqn in _equations(closed.jaxpr):
-        if eqn.primitive.name == "taylax_computed_once" and eqn.params.get("kind") == "once":
+    for eqn in iter_equations(closed):
+        if eqn.primitive.name == _ONCE_NAME and eqn.params.get("kind") == "once":
             aval = eqn.outvars[0].aval
             count += 1
             size += math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
     return count, size
 
 
-def _equations(jaxpr):
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for sub in _compat.jaxprs_in_params(eqn.params):
-            yield from _equations(sub)
-
-
 def _chunked(points: int, program: PointProgram) -> bool:
     if points < 2 * CHUNK_POINTS:
         return False
-    if any(e.primitive.name in _NAMED_AXIS_PRIMITIVES for e in _equations(program.closed.jaxpr)):
+    equations = list(iter_equations(program.closed))
+    if any(e.primitive.name in _NAMED_AXIS_PRIMITIVES for e in equations):
+        return False
+    # Passes of higher order ran slower in chunks: the damped wave at K = 32 (67 buffers),
+    # 1,048,576 points, 1,295-1,338 ms in chunks of 65,536 against 534-539 ms as one
+    # vmap, and 77-83 ms against 31 ms at 65,536 points in chunks of 8,192-32,768.
+    orders = [e.params["pass_order"] for e in equations if e.primitive.name == _ONCE_NAME]
+    if any(order is None or order > CHUNKED_MAX_ORDER for order in orders):
         return False
     count, size = buffered_bytes(program.closed)
     return count >= CHUNKED_MIN_BUFFERS and size * points >= CHUNKED_MIN_BYTES
@@ -131,7 +135,7 @@ def _batch(axis_data, args, dims, *, program):
         )(*args)
         return list(outs), [0] * len(outs)
     batched = [i for i, d in enumerate(dims) if d is not None]
-    moved = [jax.numpy.moveaxis(args[i], dims[i], 0) for i in batched]
+    moved = [jnp.moveaxis(args[i], dims[i], 0) for i in batched]
 
     def one_point(point_args):
         full = list(args)

@@ -42,6 +42,17 @@ def _jaxprs_in(value: Any) -> Iterator[Jaxpr]:
             yield from _jaxprs_in(item)
 
 
+def iter_equations(jaxpr: ClosedJaxpr | Jaxpr) -> Iterator:
+    """Yields every equation of a jaxpr and of all its sub-jaxprs (see `equation_counts`)."""
+    stack = [_as_jaxpr(jaxpr)]
+    while stack:
+        current = stack.pop()
+        for eqn in current.eqns:
+            yield eqn
+            for value in eqn.params.values():
+                stack.extend(_jaxprs_in(value))
+
+
 def equation_counts(jaxpr: ClosedJaxpr | Jaxpr) -> collections.Counter[str]:
     """Counts the equations of a jaxpr by primitive name, including all sub-jaxprs.
 
@@ -69,15 +80,7 @@ def equation_counts(jaxpr: ClosedJaxpr | Jaxpr) -> collections.Counter[str]:
       >>> sorted(counts.items())
       [('mul', 1), ('sin', 1)]
     """
-    counts: collections.Counter[str] = collections.Counter()
-    stack = [_as_jaxpr(jaxpr)]
-    while stack:
-        current = stack.pop()
-        for eqn in current.eqns:
-            counts[eqn.primitive.name] += 1
-            for value in eqn.params.values():
-                stack.extend(_jaxprs_in(value))
-    return counts
+    return collections.Counter(eqn.primitive.name for eqn in iter_equations(jaxpr))
 
 
 def count_equations(jaxpr: ClosedJaxpr | Jaxpr) -> int:
