@@ -21,6 +21,7 @@ own, so reverse mode transposes ordinary JAX operations).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -51,11 +52,16 @@ chunked_call_p.multiple_results = True
 
 
 class PointProgram:
-    """A flat function of arrays with its traced jaxpr, hashable by identity (a param)."""
+    """A flat function of arrays and its jaxpr (traced when first needed: small batches
+    never look at it), hashable by identity (a primitive's parameter)."""
 
     def __init__(self, fun: Callable, avals):
         self.fun = fun
-        self.closed = jax.make_jaxpr(fun)(*avals)
+        self.avals = avals
+
+    @functools.cached_property
+    def closed(self):
+        return jax.make_jaxpr(self.fun)(*self.avals)
 
     def __call__(self, *args):
         return self.fun(*args)
@@ -120,9 +126,8 @@ def _chunked(points: int, program: PointProgram) -> bool:
 
 def _batch(axis_data, args, dims, *, program):
     if all(d is None for d in dims):
-        return chunked_call_p.bind(*args, program=program), [None] * len(
-            program.closed.jaxpr.outvars
-        )
+        outs = chunked_call_p.bind(*args, program=program)
+        return outs, [None] * len(outs)
     points = axis_data.size
     if not _chunked(points, program):
         # As `jax.vmap` batches the pass, under the enclosing axis' name and size.
