@@ -15,8 +15,9 @@ that keeps few buffers (`0.3 sin(t) t^10` keeps 2) ran 1.5-2x slower in chunks, 
 loop is taken only where the buffers are large (`CHUNKED_MIN_BYTES`) and many
 (`CHUNKED_MIN_BUFFERS`).
 
-Under `jax.jvp` or `jax.grad` the primitive is the plain pass (its JVP is the pass's
-own, so reverse mode transposes ordinary JAX operations).
+Differentiated itself (a `jax.jvp` or `jax.grad` inside the `vmap`), the primitive is the
+plain pass: its JVP is the pass's own, so reverse mode transposes ordinary JAX
+operations. A `vmap` inside `jax.grad` differentiates the loop like any `lax.map`.
 """
 
 from __future__ import annotations
