@@ -12,6 +12,7 @@ import pytest
 import taylax
 from reference import all_equations
 from taylax import _chunks
+from taylax._count import iter_equations
 
 jax.config.update("jax_enable_x64", True)
 
@@ -82,7 +83,7 @@ def test_few_buffers_stay_one_vmap(small_chunks):
     """`0.3 sin(t) t^10` keeps two buffers: chunks would only add a loop."""
     t = jnp.linspace(0.5, 1.5, 64)
     closed = jax.make_jaxpr(taylax.derivatives(seed_function, 8))(1.0)
-    count, _ = _chunks.buffered_bytes(closed)
+    count, _ = _chunks.buffered_bytes(iter_equations(closed))
     assert count < _chunks.CHUNKED_MIN_BUFFERS
     assert "scan" not in _primitives(jax.vmap(taylax.derivatives(seed_function, 8)), t)
 
@@ -116,6 +117,6 @@ def test_named_axes_stay_one_vmap(small_chunks):
 
 def test_buffered_bytes_counts_marked_values():
     closed = jax.make_jaxpr(taylax.derivatives(damped_wave, 8))(1.0)
-    count, size = _chunks.buffered_bytes(closed)
+    count, size = _chunks.buffered_bytes(iter_equations(closed))
     assert count >= _chunks.CHUNKED_MIN_BUFFERS
     assert size == 8 * count  # one float64 per buffered value and point

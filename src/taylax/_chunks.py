@@ -32,6 +32,7 @@ import numpy as np
 
 from . import _compat
 from ._count import iter_equations
+from ._once import computed_once_p
 
 # Points per chunk, and the buffers from which chunks are used (from 2 chunks of points
 # on). Measured with `jax.jit(jax.vmap(taylax.derivatives(f, K)))` against `jax.lax.map`
@@ -46,7 +47,6 @@ CHUNK_POINTS = 1 << 16
 CHUNKED_MIN_BYTES = 32 << 20
 CHUNKED_MIN_BUFFERS = 8
 CHUNKED_MAX_ORDER = 16
-_ONCE_NAME = "taylax_computed_once"
 
 chunked_call_p = _compat.Primitive("taylax_chunked_call")
 chunked_call_p.multiple_results = True
@@ -98,11 +98,12 @@ _NAMED_AXIS_PRIMITIVES = frozenset(
 )
 
 
-def buffered_bytes(closed) -> tuple[int, int]:
-    """How many values a pass keeps in buffers (`computed_once`), and their bytes per point."""
+def buffered_bytes(equations) -> tuple[int, int]:
+    """How many values a pass keeps in buffers (`computed_once`), and their bytes per point,
+    from its equations (`taylax._count.iter_equations`)."""
     count, size = 0, 0
-    for eqn in iter_equations(closed):
-        if eqn.primitive.name == _ONCE_NAME and eqn.params.get("kind") == "once":
+    for eqn in equations:
+        if eqn.primitive is computed_once_p and eqn.params["kind"] == "once":
             aval = eqn.outvars[0].aval
             count += 1
             size += math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
@@ -121,10 +122,10 @@ def _chunked(points: int, program: PointProgram) -> bool:
     # Passes of higher order ran slower in chunks: the damped wave at K = 32 (67 buffers),
     # 1,048,576 points, 1,295-1,338 ms in chunks of 65,536 against 534-539 ms as one
     # vmap, and 77-83 ms against 31 ms at 65,536 points in chunks of 8,192-32,768.
-    orders = [e.params["pass_order"] for e in equations if e.primitive.name == _ONCE_NAME]
+    orders = [e.params["pass_order"] for e in equations if e.primitive is computed_once_p]
     if any(order is None or order > CHUNKED_MAX_ORDER for order in orders):
         return False
-    count, size = buffered_bytes(program.closed)
+    count, size = buffered_bytes(equations)
     return count >= CHUNKED_MIN_BUFFERS and size * points >= CHUNKED_MIN_BYTES
 
 

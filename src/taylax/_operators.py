@@ -96,28 +96,27 @@ BLOCKED_MIN_DIRECTIONS = 64
 
 
 def _run(fun, x, args, order, directions, weights, summed, api):
-    """`(primal outputs, top coefficients, output tree)` of one collapsed pass (the primal
-    outputs are None where the directions ran in blocks)."""
+    """`(top coefficients, output tree)` of one collapsed pass."""
     closed, out_tree = _trace(lambda x, *args: fun(x, *args), (x, *args), api)
     arg_leaves = jax.tree.leaves(args)
-    static = ("collapsed", order, summed, weights is not None)
-    program, consts = _cached_program(
-        closed, static, fun, _collapsed_program(order, summed, weights is not None)
-    )
     weighted = weights is not None
+    static = ("collapsed", order, summed, weighted)
+    program, consts = _cached_program(
+        closed, static, fun, _collapsed_program(order, summed, weighted)
+    )
     if not weighted:
         weights = jnp.zeros((0,), x.dtype)
     count = directions.shape[0]
     # Blocks save XLA:CPU's page faults; on an H200 they ran as fast as one pass (d = 32,
     # 128: 0.10 / 0.16 ms either way), so accelerators keep the one pass.
     if not summed or count < BLOCKED_MIN_DIRECTIONS or jax.default_backend() != "cpu":
-        primals, tops = program(consts, x, arg_leaves, directions, weights)
-        return primals, tops, out_tree
+        _, tops = program(consts, x, arg_leaves, directions, weights)
+        return tops, out_tree
     # Summed tops add up over blocks of directions: each block's per-direction values
     # (a hidden layer's rows for every direction of the block) stay in cache between the
     # matmul that makes them and the reduction that reads them, instead of filling a
     # buffer of every direction for every point. The full blocks run in a loop (one copy
-    # of the pass to compile), a remainder after it. Callers take only the tops.
+    # of the pass to compile), a remainder after it.
     full = count // DIRECTION_BLOCK * DIRECTION_BLOCK
 
     def block_of(start, size):
@@ -140,7 +139,7 @@ def _run(fun, x, args, order, directions, weights, summed, api):
     if full < count:
         _, rest = program(*block_of(full, count - full))
         tops = [a + b for a, b in zip(tops, rest)]
-    return None, tops, out_tree
+    return tops, out_tree
 
 
 def _basis(x: Array) -> Array:
@@ -224,7 +223,7 @@ def laplacian(fun: Callable, *, key=None, samples: int | None = None, distributi
             weights = jnp.full((count,), 1.0 / count, x.dtype)
         else:
             directions, weights = _basis(x), None
-        _, tops, tree = _run(fun, x, args, 2, directions, weights, True, "taylax.laplacian")
+        tops, tree = _run(fun, x, args, 2, directions, weights, True, "taylax.laplacian")
         return _tree_scaled(tree, tops, 2.0)
 
     return _wrap(fun, evaluate, "taylax.laplacian")
@@ -258,7 +257,7 @@ def hessian_diagonal(fun: Callable):
 
     def evaluate(x, *args):
         api = "taylax.hessian_diagonal"
-        _, tops, tree = _run(fun, x, args, 2, _basis(x), None, False, api)
+        tops, tree = _run(fun, x, args, 2, _basis(x), None, False, api)
         return jax.tree.unflatten(tree, [_directions_last(2 * t, x.shape) for t in tops])
 
     return _wrap(fun, evaluate, "taylax.hessian_diagonal")
@@ -338,7 +337,7 @@ def weighted_laplacian(fun: Callable, a=None, *, factor=None):
                 weights = jnp.concatenate([jnp.full((d,), 0.25), jnp.full((d,), -0.25)])
                 weights = weights.astype(x.dtype)
         api = "taylax.weighted_laplacian"
-        _, tops, tree = _run(fun, x, args, 2, directions, weights, True, api)
+        tops, tree = _run(fun, x, args, 2, directions, weights, True, api)
         return _tree_scaled(tree, tops, 2.0)
 
     return _wrap(fun, evaluate, "taylax.weighted_laplacian")
@@ -381,7 +380,7 @@ def _exact_laplacian(fun: Callable) -> Callable:
     """`(x, *args) -> Delta fun(x, *args)`: one collapsed pass along the basis of `x`."""
 
     def evaluate(x, *args):
-        _, tops, tree = _run(fun, x, args, 2, _basis(x), None, True, "taylax.biharmonic")
+        tops, tree = _run(fun, x, args, 2, _basis(x), None, True, "taylax.biharmonic")
         return _tree_scaled(tree, tops, 2.0)
 
     return evaluate
@@ -427,7 +426,7 @@ def biharmonic(fun: Callable, *, key=None, samples: int | None = None):
             weights = jnp.full((count,), 24.0 / (3.0 * count), x.dtype)
         else:
             return _exact_biharmonic(fun, x, args)
-        _, tops, tree = _run(fun, x, args, 4, directions, weights, True, "taylax.biharmonic")
+        tops, tree = _run(fun, x, args, 4, directions, weights, True, "taylax.biharmonic")
         return jax.tree.unflatten(tree, tops)
 
     return _wrap(fun, evaluate, "taylax.biharmonic")
@@ -559,7 +558,7 @@ def differential_operator(fun: Callable, coefficients: Mapping):
             else:
                 directions = jnp.asarray(np.array(list(weighted)), x.dtype)
                 directions = directions.reshape((-1, *x.shape))
-                _, tops, tree = _run(fun, x, args, p, directions, weights, True, api)
+                tops, tree = _run(fun, x, args, p, directions, weights, True, api)
                 terms = tops
             total = terms if total is None else [a + b for a, b in zip(total, terms)]
         return jax.tree.unflatten(tree, total)
@@ -609,7 +608,7 @@ def derivative_tensor(fun: Callable, order: int, *, unique: bool = False):
         gamma = np.array([[float(interpolation_weight(i, j)) for j in indices] for i in indices])
         directions = jnp.asarray(np.array(indices), x.dtype).reshape((-1, *x.shape))
         api = "taylax.derivative_tensor"
-        _, tops, tree = _run(fun, x, args, order, directions, None, False, api)
+        tops, tree = _run(fun, x, args, order, directions, None, False, api)
         values = [jnp.tensordot(jnp.asarray(gamma, t.dtype), t, 1) for t in tops]
         if unique:
             return jnp.asarray(np.array(indices)), jax.tree.unflatten(tree, values)
