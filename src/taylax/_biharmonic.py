@@ -270,7 +270,15 @@ def _link(eqn, values, only_elementwise_readers) -> Chain | None:
 
 def _linear(eqn, xs: Sequence[Jet4], mask, primals) -> list[Jet4]:
     """A linear map applied to each quantity: one mapped call per quantity, so no copy
-    concatenates them (each is its own matmul under `vmap`)."""
+    concatenates them (each is its own matmul under `vmap`).
+
+    After the first nonlinearity every quantity is `phi_k(z)` times rows that are the
+    same at every point, so the second layer could be one GEMM of the points' `phi_k`
+    with a fixed (width, rows * width) matrix instead of a GEMM of the scaled rows. That
+    ran slower (tanh MLP, d = 16, batch 256: 47.5 against 43.9 ms): the wide GEMM took
+    14.5 ms against 12.5, and its fixed matrix 3.8 ms per call, more than the 6.4 ms of
+    scaled rows it saved.
+    """
     mapped = []
     for i in range(4):
 

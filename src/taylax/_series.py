@@ -462,6 +462,11 @@ def _shifted_sum(row: Callable[[int], Array], terms: int, c: Array, degree: int)
     """`sum_{i < terms} row(i) (s^i c)` truncated at `degree`; `row(i)` has a leading
     unit axis. The shifts are slices of one zero-padded copy of `c`:
     `s^i c = padded[n-i : n-i+degree+1]`.
+
+    Under `vmap` XLA:CPU writes that copy as an (N, 2K+1) buffer (the damped wave at
+    K = 32 and 1M points: 180 of about 600 ms per call under the profiler). A pad of a
+    slice per term instead ran no faster (36.2 against 33.3 ms at 65,536 points, 622
+    against 601 ms at 1M).
     """
     n = terms - 1
     pads = [(n, max(0, degree - degree_of(c)), 0)] + [(0, 0, 0)] * (c.ndim - 1)
