@@ -238,7 +238,7 @@ def _taylor_leaves(fun, order, x, v, kind, api, unit=False):
     program, consts = _cached_program(closed, (kind, order, unit), fun, program_for(order, unit))
     # Flat arrays in and out, so that a large batch can run in chunks of points.
     sizes = (len(consts), len(x_leaves))
-    flat, result_tree = [], []
+    result_tree = []
 
     def flat_program(*args):
         c, xs, vs = args[: sizes[0]], args[sizes[0] : sum(sizes)], args[sum(sizes) :]

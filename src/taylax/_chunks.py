@@ -46,8 +46,6 @@ from ._once import computed_once_p
 CHUNK_POINTS = 1 << 16
 CHUNKED_MIN_BYTES = 32 << 20
 CHUNKED_MIN_BUFFERS = 8
-# K = 32 ran 2.4-2.5x slower in chunks of any size (damped wave, 1,048,576 points:
-# 1,258 / 1,296 / 1,318 ms in chunks of 4,096 / 16,384 / 65,536 against 520 ms).
 CHUNKED_MAX_ORDER = 16
 
 chunked_call_p = _compat.Primitive("taylax_chunked_call")
@@ -123,7 +121,9 @@ def _chunked(points: int, program: PointProgram) -> bool:
         return False
     # Passes of higher order ran slower in chunks: the damped wave at K = 32 (67 buffers),
     # 1,048,576 points, 1,295-1,338 ms in chunks of 65,536 against 534-539 ms as one
-    # vmap, and 77-83 ms against 31 ms at 65,536 points in chunks of 8,192-32,768.
+    # vmap, and 77-83 ms against 31 ms at 65,536 points in chunks of 8,192-32,768. Not the
+    # chunk's size: at 1,048,576 points, chunks of 4,096 / 16,384 / 65,536 took 1,258 /
+    # 1,296 / 1,318 ms against 520 ms as one vmap.
     orders = [e.params["pass_order"] for e in equations if e.primitive is computed_once_p]
     if any(order is None or order > CHUNKED_MAX_ORDER for order in orders):
         return False
