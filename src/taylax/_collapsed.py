@@ -81,10 +81,21 @@ def _row(x: Collapsed, k: int):
     return x.lower[:, k - 1]
 
 
-def _weighted_sum(t: Array, weights) -> Array:
-    """`sum_d w_d t_d` over the leading (direction) axis."""
+def _new_top(t: Array, weights, summed: bool) -> Array:
+    """A top contribution made from lower coefficients, `t` per direction `(D, *S)`:
+    `sum_d w_d t_d` in a summed pass, else `t` itself.
+
+    `weights` is None (every weight 1), a float (every weight that number) or an array
+    `(D,)`. A float carries an operator's constant factor (the Laplacian's `2 = 2!`)
+    into the pass: as a multiply of the output it was a kernel of its own, which
+    XLA:CPU took 8-10 ms to compile (about a tenth of a d = 8 Laplacian's first call).
+    """
+    if not summed:
+        return t
     if weights is None:
         return jnp.sum(t, 0)
+    if isinstance(weights, float):
+        return weights * jnp.sum(t, 0)
     return jnp.tensordot(weights.astype(t.dtype), t, (0, 0))
 
 
@@ -255,10 +266,8 @@ def _general(eqn, xs, primals, order: int, weights, summed: bool) -> list[Collap
             rows = min(degrees[k], order - 1)
             if rows:
                 lowers[k] = c[:, :rows]
-            if not summed:
-                nonlinear_tops[k] = c[:, order - 1]
-            elif degrees[k] >= order:
-                nonlinear_tops[k] = _weighted_sum(c[:, order - 1], weights)
+            if not summed or degrees[k] >= order:
+                nonlinear_tops[k] = _new_top(c[:, order - 1], weights, summed)
     linear_tops: list = [None] * n_out
     if summed and any(x.top is not None for x in xs):
         series = [
@@ -307,13 +316,17 @@ def _is_elementwise(eqn) -> bool:
     return False
 
 
-def _link_derivatives(g, primals: list, firsts: list, seconds: list, order: int) -> list:
-    """`[None, y_1, y_2]` (to `order <= 2`) of `y = g(u)` where each input is a function of
-    one variable `z` with `u_i = u_i0 + u_i1 z + u_i2 z^2` (`seconds[i]` None for 0):
+def _link_derivatives(
+    g, primals: list, firsts: list, seconds: list, order: int, scale: float = 1.0
+) -> list:
+    """`[None, y_1, c y_2]` (to `order <= 2`, `c = scale`) of `y = g(u)` where each input
+    is a function of one variable `z`, `u_i = u_i0 + u_i1 z + u_i2 z^2`, given `c u_i2`
+    in `seconds[i]` (None for 0):
 
-        y_1 = g'(u_0) . u_1,    y_2 = g'(u_0) . u_2 + g''(u_0)[u_1, u_1] / 2,
+        y_1 = g'(u_0) . u_1,    c y_2 = g'(u_0) . (c u_2) + (c / 2) g''(u_0)[u_1, u_1],
 
-    by `jax.jvp` of `g` at the primals (JAX's own derivative rules, once per point)."""
+    by `jax.jvp` of `g` at the primals (JAX's own derivative rules, once per point).
+    With the Laplacian's `c = 2` the `c / 2` is 1: no multiply at all."""
 
     def first(*us):
         return jax.jvp(g, tuple(us), tuple(firsts))[1]
@@ -321,7 +334,7 @@ def _link_derivatives(g, primals: list, firsts: list, seconds: list, order: int)
     if order == 1:
         return [None, first(*primals)]
     y1, curvature = jax.jvp(first, tuple(primals), tuple(firsts))
-    y2 = curvature * jnp.asarray(0.5, curvature.dtype)
+    y2 = curvature if scale == 2.0 else curvature * jnp.asarray(scale / 2, curvature.dtype)
     if any(u2 is not None for u2 in seconds):
         zeros = [jnp.zeros_like(u1) if u2 is None else u2 for u1, u2 in zip(firsts, seconds)]
         y2 = y2 + jax.jvp(g, tuple(primals), tuple(zeros))[1]
@@ -381,8 +394,7 @@ def _compose_line(x: Collapsed, d, primal, order: int, weights, summed: bool) ->
         powers.append(powers[-1] * x1)
     lower = _stack_rows([d[k] * powers[k] for k in range(1, order)])
     top_power = powers[order]
-    nonlinear = top_power if not summed else _weighted_sum(top_power, weights)
-    top = d[order] * nonlinear
+    top = d[order] * _new_top(top_power, weights, summed)
     if x.top is not None:
         top = top + d[1] * x.top
     return Collapsed(primal, lower, top)
@@ -417,7 +429,7 @@ def _product(x: Collapsed, y: Collapsed, primal, order: int, weights, summed: bo
             inner = _add(inner, a * b)
     top = None
     if inner is not None:
-        top = _weighted_sum(inner, weights) if summed else inner
+        top = _new_top(inner, weights, summed)
     if y.top is not None:
         top = _add(top, x0 * y.top)
     if x.top is not None:
@@ -558,9 +570,12 @@ def eval_with_chains(jaxpr, consts, args, *, wrap, link, expand, apply) -> list:
     return [read(v) for v in jaxpr.outvars]
 
 
-def _collapsed_link(eqn, values, only_elementwise_readers, order: int) -> Chain | None:
+def _collapsed_link(
+    eqn, values, only_elementwise_readers, order: int, scale: float
+) -> Chain | None:
     """At orders <= 2, continue (or start) an elementwise chain of a real value of degree
-    <= 1 per direction, with its derivatives in the root from `_link_derivatives`."""
+    <= 1 per direction, with its derivatives in the root from `_link_derivatives`
+    (coefficient 2 times `scale`, the pass's constant weight)."""
     if order > _JVP_MAX_ORDER:
         return None
     root = chain_root(eqn, values)
@@ -592,7 +607,7 @@ def _collapsed_link(eqn, values, only_elementwise_readers, order: int) -> Chain 
             args[i] = u
         return _bind_one(eqn, args)
 
-    derivatives = _link_derivatives(g, [primals[i] for i in varying], firsts, seconds, order)
+    derivatives = _link_derivatives(g, [primals[i] for i in varying], firsts, seconds, order, scale)
     return Chain(_bind_one(eqn, primals), root, derivatives)
 
 
@@ -601,17 +616,26 @@ def eval_jaxpr_collapsed(
     consts: Sequence,
     args: Sequence[Collapsed],
     order: int,
-    weights: Array | None = None,
+    weights: Array | float | None = None,
     summed: bool = True,
 ) -> list[Collapsed]:
     """Evaluate `jaxpr` on collapsed multi-direction inputs of top order `order >= 1`.
 
-    `weights` (shape `(D,)`, None for all ones) weigh the directions in the summed top;
-    with `summed=False` the top stays per direction and `weights` is unused.
+    `weights` (an array `(D,)`, a float for all equal, None for all ones) weigh the
+    directions in the summed top; with `summed=False` the top stays per direction and
+    `weights` is unused.
     """
 
+    # A float weight goes into a chain's top coefficient as the chain is built (where it
+    # meets the 1 / 2 of y_2 = g'' / 2), not onto the sum over directions: XLA:CPU
+    # moved a constant multiply there onto the sum before a per-point product, a
+    # kernel of its own when the sum is the same at every point (a first layer's).
+    constant = isinstance(weights, float) and summed
+    chain_weights = None if constant else weights
+    chain_scale = weights if constant else 1.0
+
     def expand(chain: Chain) -> Collapsed:
-        return _compose_line(chain.root, chain.state, chain.primal, order, weights, summed)
+        return _compose_line(chain.root, chain.state, chain.primal, order, chain_weights, summed)
 
     def apply(eqn, xs, primals):
         outs = _fast_path(eqn, xs, primals, order, weights, summed)
@@ -622,7 +646,7 @@ def eval_jaxpr_collapsed(
         consts,
         args,
         wrap=Collapsed,
-        link=functools.partial(_collapsed_link, order=order),
+        link=functools.partial(_collapsed_link, order=order, scale=chain_scale),
         expand=expand,
         apply=apply,
     )
@@ -637,7 +661,11 @@ def top_or_zeros(top: Array | None, aval, shape) -> Array:
 
 
 def seed(
-    x: Array, directions: Array, order: int, weights: Array | None = None, summed: bool = True
+    x: Array,
+    directions: Array,
+    order: int,
+    weights: Array | float | None = None,
+    summed: bool = True,
 ) -> Collapsed:
     """The input `x + s v_d` for every direction `v_d` (`directions` shaped `(D, *x.shape)`).
 
@@ -646,10 +674,6 @@ def seed(
     """
     directions = jnp.asarray(directions, jnp.result_type(x))
     if order == 1:
-        if not summed:
-            return Collapsed(x, None, directions)
-        if weights is None:
-            return Collapsed(x, None, jnp.sum(directions, 0))
-        return Collapsed(x, None, jnp.tensordot(weights.astype(directions.dtype), directions, 1))
+        return Collapsed(x, None, _new_top(directions, weights, summed))
     lower = directions[:, None]
     return Collapsed(x, lower, None)

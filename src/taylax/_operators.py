@@ -63,10 +63,10 @@ def _check_point(x, api: str):
     return x
 
 
-def _collapsed_program(order: int, summed: bool, weighted: bool):
+def _collapsed_program(order: int, summed: bool, weighted: bool, constant_weight):
     def make(jaxpr):
         def program(consts, x, arg_leaves, directions, weights):
-            w = weights if weighted else None
+            w = weights if weighted else constant_weight
             inputs = [seed(x, directions, order, w, summed)]
             inputs += [Collapsed(a) for a in arg_leaves]
             outs = eval_jaxpr_collapsed(jaxpr, consts, inputs, order, w, summed)
@@ -103,13 +103,19 @@ BLOCKED_MIN_DIRECTIONS = 64
 
 
 def _run(fun, x, args, order, directions, weights, summed, api):
-    """`(top coefficients, output tree)` of one collapsed pass."""
+    """`(top coefficients, output tree)` of one collapsed pass.
+
+    `weights`: an array `(D,)`, a float (every direction's weight, part of the
+    compiled program) or None (every weight 1). A summed pass's tops are
+    `sum_d w_d y_K[v_d]`; a pass with `summed=False` takes None only.
+    """
     closed, out_tree = _trace(lambda x, *args: fun(x, *args), (x, *args), api)
     arg_leaves = jax.tree.leaves(args)
-    weighted = weights is not None
-    static = ("collapsed", order, summed, weighted)
+    constant_weight = weights if isinstance(weights, float) else None
+    weighted = weights is not None and constant_weight is None
+    static = ("collapsed", order, summed, weighted, constant_weight)
     program, consts = _cached_program(
-        closed, static, fun, _collapsed_program(order, summed, weighted)
+        closed, static, fun, _collapsed_program(order, summed, weighted, constant_weight)
     )
     if not weighted:
         weights = jnp.zeros((0,), x.dtype)
@@ -167,10 +173,6 @@ def _check_samples(key, samples, api: str) -> int:
     return int(samples)
 
 
-def _tree_scaled(out_tree, tops, scale):
-    return jax.tree.unflatten(out_tree, [t * jnp.asarray(scale, t.dtype) for t in tops])
-
-
 # --------------------------------------------------------------------------
 # Laplacian, Hessian diagonal, weighted Laplacian
 # --------------------------------------------------------------------------
@@ -225,13 +227,11 @@ def laplacian(fun: Callable, *, key=None, samples: int | None = None, distributi
     count = _check_samples(key, samples, "taylax.laplacian")
 
     def evaluate(x, *args):
-        if count:
-            directions = _draw(key, count, x, distribution)
-            weights = jnp.full((count,), 1.0 / count, x.dtype)
-        else:
-            directions, weights = _basis(x), None
-        tops, tree = _run(fun, x, args, 2, directions, weights, True, "taylax.laplacian")
-        return _tree_scaled(tree, tops, 2.0)
+        # 2 = 2!: the pass sums normalized coefficients y_2 = D^2 f / 2.
+        directions = _draw(key, count, x, distribution) if count else _basis(x)
+        weight = 2.0 / count if count else 2.0
+        tops, tree = _run(fun, x, args, 2, directions, weight, True, "taylax.laplacian")
+        return jax.tree.unflatten(tree, tops)
 
     return _wrap(fun, evaluate, "taylax.laplacian")
 
@@ -277,14 +277,14 @@ def _directions_last(t: Array, x_shape) -> Array:
 
 
 def _symmetric_eigen(a: Array):
-    """Eigen-decomposition of the symmetric part of `a` (NumPy when `a` is concrete)."""
+    """NumPy's `(values, vectors)` of the symmetric part of `a` where `a` is concrete,
+    else None."""
     try:
         concrete = np.asarray(a)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
         concrete = None
     if concrete is not None:
-        values, vectors = np.linalg.eigh((concrete + concrete.T) / 2)
-        return jnp.asarray(values), jnp.asarray(vectors)
+        return np.linalg.eigh((concrete + concrete.T) / 2)
     return None
 
 
@@ -329,23 +329,23 @@ def weighted_laplacian(fun: Callable, a=None, *, factor=None):
         if factor is not None:
             s = jnp.asarray(factor(x) if callable(factor) else factor, x.dtype)
             _check_matrix(s, (d, None), "factor", d)
-            directions, weights = jnp.moveaxis(s, 1, 0).reshape((s.shape[1], *x.shape)), None
+            directions, weights = jnp.moveaxis(s, 1, 0).reshape((s.shape[1], *x.shape)), 2.0
         else:
             m = jnp.asarray(a(x) if callable(a) else a, x.dtype)
             _check_matrix(m, (d, d), "a", d)
             eigen = _symmetric_eigen(m)
             if eigen is not None:
                 values, vectors = eigen
-                directions = jnp.moveaxis(vectors.astype(x.dtype), 1, 0).reshape((d, *x.shape))
-                weights = values.astype(x.dtype)
+                directions = jnp.asarray(vectors.T.reshape((d, *x.shape)), x.dtype)
+                weights = jnp.asarray(2 * values, x.dtype)
             else:
                 eye = jnp.eye(d, dtype=x.dtype)
                 directions = jnp.concatenate([eye + m, eye - m]).reshape((2 * d, *x.shape))
-                weights = jnp.concatenate([jnp.full((d,), 0.25), jnp.full((d,), -0.25)])
-                weights = weights.astype(x.dtype)
+                weights = jnp.asarray(np.repeat([0.5, -0.5], d), x.dtype)
+        # Each weight carries 2 = 2!: the pass sums normalized coefficients y_2 = D^2 f / 2.
         api = "taylax.weighted_laplacian"
         tops, tree = _run(fun, x, args, 2, directions, weights, True, api)
-        return _tree_scaled(tree, tops, 2.0)
+        return jax.tree.unflatten(tree, tops)
 
     return _wrap(fun, evaluate, "taylax.weighted_laplacian")
 
@@ -387,8 +387,8 @@ def _exact_laplacian(fun: Callable) -> Callable:
     """`(x, *args) -> Delta fun(x, *args)`: one collapsed pass along the basis of `x`."""
 
     def evaluate(x, *args):
-        tops, tree = _run(fun, x, args, 2, _basis(x), None, True, "taylax.biharmonic")
-        return _tree_scaled(tree, tops, 2.0)
+        tops, tree = _run(fun, x, args, 2, _basis(x), 2.0, True, "taylax.biharmonic")
+        return jax.tree.unflatten(tree, tops)
 
     return evaluate
 
@@ -428,12 +428,12 @@ def biharmonic(fun: Callable, *, key=None, samples: int | None = None):
     count = _check_samples(key, samples, "taylax.biharmonic")
 
     def evaluate(x, *args):
-        if count:
-            directions = _draw(key, count, x, "gaussian")
-            weights = jnp.full((count,), 24.0 / (3.0 * count), x.dtype)
-        else:
+        if not count:
             return _exact_biharmonic(fun, x, args)
-        tops, tree = _run(fun, x, args, 4, directions, weights, True, "taylax.biharmonic")
+        directions = _draw(key, count, x, "gaussian")
+        # D^4 f = 4! y_4 and E[D^4 f[v]] = 3 Delta^2 f: each weight is 4! / (3 count).
+        weight = 24.0 / (3.0 * count)
+        tops, tree = _run(fun, x, args, 4, directions, weight, True, "taylax.biharmonic")
         return jax.tree.unflatten(tree, tops)
 
     return _wrap(fun, evaluate, "taylax.biharmonic")
