@@ -181,12 +181,18 @@ def test_laplacian_applies_its_factor_inside_the_pass():
     assert 0.5 not in literals and 2.0 not in literals
 
 
-@pytest.mark.parametrize("d", [64, 70])
-def test_many_directions_run_in_blocks(d):
-    """From `BLOCKED_MIN_DIRECTIONS` on, summed passes run in blocks of directions (a loop
-    over full blocks and a remainder): the Laplacian, the weighted one and their gradient
-    with respect to parameters equal the dense versions."""
+@pytest.mark.parametrize(
+    "d, max_unrolled, passes, loop",
+    [(64, None, 2, False), (70, None, 2, False), (70, 1, 1, True), (64, 1, 0, True)],
+)
+def test_many_directions_run_in_blocks(d, max_unrolled, passes, loop, monkeypatch):
+    """From `BLOCKED_MIN_DIRECTIONS` on, summed passes run in blocks of directions: a few
+    unrolled blocks of equal size, or a loop over full blocks and a remainder. The
+    Laplacian, the weighted one and their gradient with respect to parameters equal the
+    dense versions either way."""
     assert d >= _operators.BLOCKED_MIN_DIRECTIONS
+    if max_unrolled is not None:
+        monkeypatch.setattr(_operators, "UNROLLED_MAX_BLOCKS", max_unrolled)
     rng = np.random.default_rng(d)
     w1 = jnp.asarray(rng.normal(size=(d, 6)) / np.sqrt(d))
     w2 = jnp.asarray(rng.normal(size=(6,)))
@@ -201,8 +207,10 @@ def test_many_directions_run_in_blocks(d):
     _close(taylax.weighted_laplacian(lambda x: f(x, w1), a)(x), jnp.sum(a * h))
     grad = jax.grad(lambda w: taylax.laplacian(f)(x, w))(w1)
     _close(grad, jax.grad(lambda w: jnp.trace(jax.hessian(f)(x, w)))(w1), rtol=1e-10)
-    jaxpr = jax.make_jaxpr(taylax.laplacian(f))(x, w1)
-    assert "scan" in {e.primitive.name for e in jaxpr.eqns}
+    # Outside a loop: the unrolled blocks, or the remainder after the loop.
+    names = [e.primitive.name for e in jax.make_jaxpr(taylax.laplacian(f))(x, w1).eqns]
+    assert sum(name in ("jit", "pjit") for name in names) == passes
+    assert ("scan" in names) == loop
 
 
 # --------------------------------------------------------------------------

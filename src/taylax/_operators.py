@@ -85,21 +85,27 @@ def _collapsed_program(order: int, summed: bool, weighted: bool, constant_weight
     return make
 
 
-# Directions per block of a summed pass with at least `BLOCKED_MIN_DIRECTIONS` of them
-# (`_run`). A tanh MLP d -> 128 -> 128 -> 1, batch 256, float64 (/tmp/w/fact2.py, one
-# process, interleaved with folx): the Laplacian at d = 128 in blocks of 16 ran 0.44-0.50x
-# folx's time against 0.99-1.01x in one block, where a (256, 128, 128) buffer of every
-# direction's hidden rows page-faulted afresh on every call; at d = 32 (8 MiB) blocks
-# ran 1.25x slower in a process where that buffer was reused. At d = 128, blocks of
-# 8 / 16 / 32 / 64 ran 0.37 / 0.31 / 0.30 / 0.34x folx's time in float64 and 0.50 / 0.42 /
-# 0.42 / 0.54x in float32 (one process per dtype, interleaved).
-# The loop costs compile time: XLA:CPU compiled the d = 128 pass in 0.10-0.13 s against
-# 0.048 s without blocks (trace, lower and compile timed apart, fresh processes), since
-# the loop's body and the primal hoisted out of it compile as about 19 kernels instead
-# of 3; keeping the primal inside the loop (an optimization barrier on `x`) left 11
-# kernels and 0.10-0.12 s.
-DIRECTION_BLOCK = 16
+# Blocks of directions for a summed pass with at least `BLOCKED_MIN_DIRECTIONS` of them
+# (`_run`), on the CPU backend. One pass over every direction fills a (points, d, width)
+# buffer of hidden rows, 34 MB for a tanh MLP d = 128 -> 128 -> 128 -> 1 at 256 points
+# in float64, that page-faults afresh on every call: folx and one pass ran 22-25 ms there.
+# Up to `UNROLLED_MAX_BLOCKS` blocks (at least 2, of at most `UNROLLED_BLOCK` directions,
+# equal sizes) are unrolled: at d = 64 / 128 / 256 in float64 they ran 3.4-3.9 /
+# 7.3-8.3 / 16.6-16.8 ms with 650-2,900 minor faults per call in every fresh process
+# (6 / 6 / 3 processes; folx 11.0 / 22.2 / 42-47 ms). Past that many, a loop over blocks
+# of `DIRECTION_BLOCK` (one copy of the pass to compile). The loop's median was lower,
+# 5.95 ms at d = 128, but a quarter of the processes ran it at folx's speed (22 ms at
+# d = 128, 43.7 at 256, 17,000 faults per call), as glibc handed each step's buffers
+# back; blocks of 64 in the loop did worse (19-43 ms at d = 256). float32 at d = 128:
+# 3.5-3.9 ms unrolled, 3.2-11.7 in the loop, folx 3.6-12.6 (/tmp/w/dist.sh, 2026-11-25).
+# Blocks cost compile time: a loop about 0.05-0.07 s on XLA:CPU whatever its body (a
+# minimal `lax.scan` of eight steps compiled in 0.054 s against 0.007 s for one step).
+# The first call at d = 128 in float64 took 0.16-0.17 s unrolled and in the loop,
+# against folx's 0.11-0.13 s.
 BLOCKED_MIN_DIRECTIONS = 64
+UNROLLED_BLOCK = 64
+UNROLLED_MAX_BLOCKS = 4
+DIRECTION_BLOCK = 16
 
 
 def _run(fun, x, args, order, directions, weights, summed, api):
@@ -126,21 +132,29 @@ def _run(fun, x, args, order, directions, weights, summed, api):
         _, tops = program(consts, x, arg_leaves, directions, weights)
         return tops, out_tree
     # Summed tops add up over blocks of directions: each block's per-direction values
-    # (a hidden layer's rows for every direction of the block) stay in cache between the
-    # matmul that makes them and the reduction that reads them, instead of filling a
-    # buffer of every direction for every point. The full blocks run in a loop (one copy
-    # of the pass to compile), a remainder after it.
-    full = count // DIRECTION_BLOCK * DIRECTION_BLOCK
+    # (a hidden layer's rows for every direction of the block) make buffers a fraction
+    # of the size, which glibc keeps from call to call (see `UNROLLED_BLOCK`).
 
     def block_of(start, size):
-        block_weights = lax.dynamic_slice_in_dim(weights, start, size) if weighted else weights
-        return (
-            consts,
-            x,
-            arg_leaves,
-            lax.dynamic_slice_in_dim(directions, start, size),
-            block_weights,
-        )
+        if isinstance(start, int):
+            block_directions = directions[start : start + size]
+            block_weights = weights[start : start + size] if weighted else weights
+        else:
+            block_directions = lax.dynamic_slice_in_dim(directions, start, size)
+            block_weights = lax.dynamic_slice_in_dim(weights, start, size) if weighted else weights
+        return consts, x, arg_leaves, block_directions, block_weights
+
+    blocks = max(2, -(-count // UNROLLED_BLOCK))
+    if blocks <= UNROLLED_MAX_BLOCKS:
+        size = -(-count // blocks)
+        tops = None
+        for start in range(0, count, size):
+            _, block_tops = program(*block_of(start, min(size, count - start)))
+            tops = block_tops if tops is None else [a + b for a, b in zip(tops, block_tops)]
+        return tops, out_tree
+    # Many blocks: the full ones in a loop (one copy of the pass to compile), a remainder
+    # after it.
+    full = count // DIRECTION_BLOCK * DIRECTION_BLOCK
 
     def step(total, start):
         _, block_tops = program(*block_of(start, DIRECTION_BLOCK))
