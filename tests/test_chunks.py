@@ -30,6 +30,8 @@ def small_chunks(monkeypatch):
     """Chunks of 16 points from 32 points on, whatever the buffers' size."""
     monkeypatch.setattr(_chunks, "CHUNK_POINTS", 16)
     monkeypatch.setattr(_chunks, "CHUNKED_MIN_BYTES", 1)
+    monkeypatch.setattr(_chunks, "HIGH_ORDER_CHUNK_POINTS", 16)
+    monkeypatch.setattr(_chunks, "HIGH_ORDER_MIN_BYTES", 1)
 
 
 def _primitives(fn, *args) -> set[str]:
@@ -89,11 +91,36 @@ def test_few_buffers_stay_one_vmap(small_chunks):
 
 
 def test_high_orders_stay_one_vmap(small_chunks):
-    """Past `CHUNKED_MAX_ORDER` chunks ran slower than one vmap."""
+    """Past `CHUNKED_MAX_ORDER` (not measured) one vmap. The chunk loop is told by its
+    conditional: the pass itself loops over rows at such orders."""
     t = jnp.linspace(0.5, 1.5, 64)
     order = _chunks.CHUNKED_MAX_ORDER + 1
-    assert "scan" not in _primitives(jax.vmap(taylax.derivatives(damped_wave, order)), t)
-    assert "scan" in _primitives(jax.vmap(taylax.derivatives(damped_wave, order - 1)), t)
+    assert "cond" not in _primitives(jax.vmap(taylax.derivatives(damped_wave, order)), t)
+    assert "cond" in _primitives(jax.vmap(taylax.derivatives(damped_wave, order - 1)), t)
+
+
+def _scan_lengths(fn, *args) -> list[int]:
+    closed = jax.make_jaxpr(fn)(*args)
+    return [e.params["length"] for e in all_equations(closed) if e.primitive.name == "scan"]
+
+
+def test_chunk_size_by_order():
+    """Past `HIGH_ORDER`, chunks of 8,192 points from fewer buffered bytes; the chunk's
+    outputs leave the loop through a conditional, which keeps XLA from fusing the
+    pass's last kernel into the update that stacks the chunks."""
+    t = jnp.linspace(0.5, 1.5, 65536)
+    high = jax.vmap(taylax.derivatives(damped_wave, 32))
+    assert _scan_lengths(high, t) == [65536 // _chunks.HIGH_ORDER_CHUNK_POINTS]
+    assert "cond" in _primitives(high, t)
+    # At order 8 the same batch is one chunk of 65,536: one vmap.
+    assert _scan_lengths(jax.vmap(taylax.derivatives(damped_wave, 8)), t) == []
+
+
+def test_chunks_with_a_remainder_equal_one_vmap(small_chunks):
+    t = jnp.linspace(0.5, 1.5, 53)
+    d = taylax.derivatives(damped_wave, 20)
+    assert _scan_lengths(jax.vmap(d), t) == [3]
+    np.testing.assert_allclose(jax.jit(jax.vmap(d))(t), jax.vmap(jax.jit(d))(t), rtol=1e-14)
 
 
 def test_small_batches_stay_one_vmap():

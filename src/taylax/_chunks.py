@@ -5,8 +5,8 @@ Under `jax.vmap`, a Taylor pass over `N` points writes each value it keeps in a 
 a chain of exponentials and quotients keeps about 18 of them: 150 MB of temporaries,
 which glibc serves as fresh `mmap` blocks, so every page faults again on every call,
 and no row of a recurrence is still in cache when the next row reads it. Run in chunks
-of `CHUNK_POINTS` points (a loop, `jax.lax.map`), the same program keeps its buffers in
-cache and reuses them from chunk to chunk.
+of `CHUNK_POINTS` points (8,192 past order 16; a loop, `jax.lax.scan`), the same program
+keeps its buffers in cache and reuses them from chunk to chunk.
 
 `taylax.derivatives` and `taylax.taylor` call their pass through `chunked_call_p` when
 their inputs are being batched; its batching rule, which sees the batch size, picks
@@ -17,7 +17,7 @@ loop is taken only where the buffers are large (`CHUNKED_MIN_BYTES`) and many
 
 Differentiated itself (a `jax.jvp` or `jax.grad` inside the `vmap`), the primitive is the
 plain pass: its JVP is the pass's own, so reverse mode transposes ordinary JAX
-operations. A `vmap` inside `jax.grad` differentiates the loop like any `lax.map`.
+operations. A `vmap` inside `jax.grad` differentiates the loop like any `lax.scan`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,16 @@ from ._once import computed_once_p
 CHUNK_POINTS = 1 << 16
 CHUNKED_MIN_BYTES = 32 << 20
 CHUNKED_MIN_BUFFERS = 8
-CHUNKED_MAX_ORDER = 16
+# Past order 16, smaller chunks from fewer bytes: at K = 32 the damped wave and the
+# growth chain ran 262 ms in chunks of 8,192 at 1,048,576 points against 327 / 496 ms
+# in chunks of 65,536 and 621 / 774 ms as one vmap, and 12.2 / 14.0 ms at 65,536 points
+# against 35.2 / 40.1 ms (the growth chain buffers 20 MB there); at K = 8 and 16 chunks
+# of 65,536 were the faster (42-95 ms against 47-110 ms). Fresh processes, 10 calls,
+# /tmp/w/chk.py, 2026-11-25. Orders past 32 are not measured and stay one vmap.
+HIGH_ORDER = 16
+HIGH_ORDER_CHUNK_POINTS = 1 << 13
+HIGH_ORDER_MIN_BYTES = 16 << 20
+CHUNKED_MAX_ORDER = 32
 
 chunked_call_p = _compat.Primitive("taylax_chunked_call")
 chunked_call_p.multiple_results = True
@@ -110,25 +119,26 @@ def buffered_bytes(equations) -> tuple[int, int]:
     return count, size
 
 
-def _chunked(points: int, program: PointProgram) -> bool:
+def _chunk_points(points: int, program: PointProgram) -> int | None:
+    """Points per chunk for a batch of `points`, or None for one vmap."""
     # What chunks save is XLA:CPU's (page faults, cache). On an H200 (jax 0.11.2, 1,048,576
     # points, K = 4 / 8 / 16) chunks of 65,536 took 0.94-2.2x the time of one vmap,
     # more in 8 of 9 cells.
-    if points < 2 * CHUNK_POINTS or jax.default_backend() != "cpu":
-        return False
+    if points < 2 * HIGH_ORDER_CHUNK_POINTS or jax.default_backend() != "cpu":
+        return None
     equations = list(iter_equations(program.closed))
     if any(e.primitive.name in _NAMED_AXIS_PRIMITIVES for e in equations):
-        return False
-    # Passes of higher order ran slower in chunks: the damped wave at K = 32 (67 buffers),
-    # 1,048,576 points, 1,295-1,338 ms in chunks of 65,536 against 534-539 ms as one
-    # vmap, and 77-83 ms against 31 ms at 65,536 points in chunks of 8,192-32,768. Not the
-    # chunk's size: at 1,048,576 points, chunks of 4,096 / 16,384 / 65,536 took 1,258 /
-    # 1,296 / 1,318 ms against 520 ms as one vmap.
+        return None
     orders = [e.params["pass_order"] for e in equations if e.primitive is computed_once_p]
     if any(order is None or order > CHUNKED_MAX_ORDER for order in orders):
-        return False
-    count, size = buffered_bytes(equations)
-    return count >= CHUNKED_MIN_BUFFERS and size * points >= CHUNKED_MIN_BYTES
+        return None
+    high = any(order > HIGH_ORDER for order in orders)
+    size = HIGH_ORDER_CHUNK_POINTS if high else CHUNK_POINTS
+    min_bytes = HIGH_ORDER_MIN_BYTES if high else CHUNKED_MIN_BYTES
+    count, per_point = buffered_bytes(equations)
+    if points < 2 * size or count < CHUNKED_MIN_BUFFERS or per_point * points < min_bytes:
+        return None
+    return size
 
 
 def _batch(axis_data, args, dims, *, program):
@@ -136,7 +146,8 @@ def _batch(axis_data, args, dims, *, program):
         outs = chunked_call_p.bind(*args, program=program)
         return outs, [None] * len(outs)
     points = axis_data.size
-    if not _chunked(points, program):
+    size = _chunk_points(points, program)
+    if size is None:
         # As `jax.vmap` batches the pass, under the enclosing axis' name and size.
         outs = jax.vmap(
             program,
@@ -155,8 +166,45 @@ def _batch(axis_data, args, dims, *, program):
             full[i] = a
         return list(program(*full))
 
-    outs = jax.lax.map(one_point, moved, batch_size=CHUNK_POINTS)
-    return list(outs), [0] * len(outs)
+    outs = _in_chunks(jax.vmap(one_point), moved, points, size)
+    return outs, [0] * len(outs)
+
+
+def _in_chunks(one_chunk: Callable, args: list, points: int, size: int) -> list:
+    """`one_chunk` (a function of arrays with a leading point axis) over every `size`
+    points of `args` in a loop, then over the points left.
+
+    Each chunk's outputs leave the loop's body through a conditional whose predicate
+    XLA cannot evaluate (a chunk's index is never negative). Without it XLA fused the
+    last kernel of the pass into the in-place update that stacks the chunks, which it
+    emitted about 10x slower than the same kernel alone: the damped wave at K = 32,
+    65,536 points, in chunks of 8,192 took 75 ms through `jax.lax.map` (69 of them in
+    that kernel) and 12.6 ms with the conditional, against 33.5 ms as one vmap.
+    """
+    full = points // size
+
+    def body(carry, xs):
+        index, chunk = xs
+        outs = one_chunk(chunk)
+        outs = jax.lax.cond(index >= 0, lambda o: o, _never, outs)
+        return carry, outs
+
+    heads = [a[: full * size].reshape((full, size) + a.shape[1:]) for a in args]
+    _, stacked = jax.lax.scan(body, None, (jnp.arange(full), heads))
+    outs = [y.reshape((full * size,) + y.shape[2:]) for y in stacked]
+    if full * size < points:
+        rest = one_chunk([a[full * size :] for a in args])
+        outs = [jnp.concatenate([o, r]) for o, r in zip(outs, rest)]
+    return outs
+
+
+def _never(outs: list) -> list:
+    """The branch a chunk never takes: NaN (zeros where not inexact), so that it differs
+    from the other branch and XLA keeps the conditional."""
+    return [
+        jnp.full_like(o, jnp.nan) if jnp.issubdtype(o.dtype, jnp.inexact) else jnp.zeros_like(o)
+        for o in outs
+    ]
 
 
 def _impl(*args, program):
