@@ -199,7 +199,7 @@ def _batch_table(results: list[dict[str, Any]], args: argparse.Namespace) -> Any
     table = Table(
         title=f"steady state: jax.jit(jax.vmap(...)) over N = {args.points:,} points, "
         f"best of {args.repeats} calls",
-        caption="taylax and jet return every derivative 0..K, nested jvp only the K-th",
+        caption="every contender returns all derivatives 0..K (nested jvp stacks its levels)",
     )
     table.add_column("order", justify="right")
     for contender in _benchmark.CONTENDERS:
