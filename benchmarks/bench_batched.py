@@ -93,19 +93,21 @@ def jet_chain(f, K):
     return jax.jit(run)
 
 
-def nested_chain(f, K):
+def _nested_levels(f, K):
+    """`t -> stack(f, f', ..., f^(K))` by `jax.jvp` nested K times along ones."""
     levels = [f]
     for _ in range(K):
         levels.append((lambda g: lambda t: jax.jvp(g, (t,), (jnp.ones_like(t),))[1])(levels[-1]))
-    return jax.jit(lambda t: jnp.stack([g(t) for g in levels]))
+    return lambda t: jnp.stack([g(t) for g in levels])
+
+
+def nested_chain(f, K):
+    return jax.jit(_nested_levels(f, K))
 
 
 def nested_vmap_chain(f, K):
     """Nested jvp per point, vmapped over the points like taylax's contender."""
-    levels = [f]
-    for _ in range(K):
-        levels.append((lambda g: lambda t: jax.jvp(g, (t,), (jnp.ones_like(t),))[1])(levels[-1]))
-    return jax.jit(jax.vmap(lambda t: jnp.stack([g(t) for g in levels])))
+    return jax.jit(jax.vmap(_nested_levels(f, K)))
 
 
 NESTED = ("nested jvp", "nested jvp (vmap)")
