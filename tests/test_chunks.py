@@ -51,6 +51,7 @@ def test_chunks_equal_one_vmap(small_chunks, points):
     # A jit inside the vmap hides the batch from the API call: one plain vmap.
     plain = jax.vmap(jax.jit(d))
     assert "scan" in _primitives(chunked, t)
+    assert "cond" not in _primitives(chunked, t)  # the conditional is for high orders
     assert "scan" not in _primitives(plain, t)
     np.testing.assert_allclose(jax.jit(chunked)(t), plain(t), rtol=1e-14, atol=0)
     # A direction batched with the points, and one shared by all of them.

@@ -119,8 +119,9 @@ def buffered_bytes(equations) -> tuple[int, int]:
     return count, size
 
 
-def _chunk_points(points: int, program: PointProgram) -> int | None:
-    """Points per chunk for a batch of `points`, or None for one vmap."""
+def _chunk_points(points: int, program: PointProgram) -> tuple[int, bool] | None:
+    """`(points per chunk, whether the pass is of high order)` for a batch of `points`,
+    or None for one vmap."""
     # What chunks save is XLA:CPU's (page faults, cache). On an H200 (jax 0.11.2, 1,048,576
     # points, K = 4 / 8 / 16) chunks of 65,536 took 0.94-2.2x the time of one vmap,
     # more in 8 of 9 cells.
@@ -138,7 +139,7 @@ def _chunk_points(points: int, program: PointProgram) -> int | None:
     count, per_point = buffered_bytes(equations)
     if points < 2 * size or count < CHUNKED_MIN_BUFFERS or per_point * points < min_bytes:
         return None
-    return size
+    return size, high
 
 
 def _batch(axis_data, args, dims, *, program):
@@ -146,8 +147,8 @@ def _batch(axis_data, args, dims, *, program):
         outs = chunked_call_p.bind(*args, program=program)
         return outs, [None] * len(outs)
     points = axis_data.size
-    size = _chunk_points(points, program)
-    if size is None:
+    chunking = _chunk_points(points, program)
+    if chunking is None:
         # As `jax.vmap` batches the pass, under the enclosing axis' name and size.
         outs = jax.vmap(
             program,
@@ -166,27 +167,32 @@ def _batch(axis_data, args, dims, *, program):
             full[i] = a
         return list(program(*full))
 
-    outs = _in_chunks(jax.vmap(one_point), moved, points, size)
+    size, high = chunking
+    outs = _in_chunks(jax.vmap(one_point), moved, points, size, through_cond=high)
     return outs, [0] * len(outs)
 
 
-def _in_chunks(one_chunk: Callable, args: list, points: int, size: int) -> list:
+def _in_chunks(one_chunk: Callable, args: list, points: int, size: int, through_cond: bool) -> list:
     """`one_chunk` (a function of arrays with a leading point axis) over every `size`
     points of `args` in a loop, then over the points left.
 
-    Each chunk's outputs leave the loop's body through a conditional whose predicate
-    XLA cannot evaluate (a chunk's index is never negative). Without it XLA fused the
-    last kernel of the pass into the in-place update that stacks the chunks, which it
-    emitted about 10x slower than the same kernel alone: the damped wave at K = 32,
-    65,536 points, in chunks of 8,192 took 75 ms through `jax.lax.map` (69 of them in
-    that kernel) and 12.6 ms with the conditional, against 33.5 ms as one vmap.
+    `through_cond`: each chunk's outputs leave the loop's body through a conditional
+    whose predicate XLA cannot evaluate (a chunk's index is never negative). Without it
+    XLA fused the last kernel of a high-order pass into the in-place update that stacks
+    the chunks, which it emitted about 10x slower than the same kernel alone: the damped
+    wave at K = 32, 65,536 points, in chunks of 8,192 took 75 ms through `jax.lax.map`
+    (69 of them in that kernel) and 12.6 ms with the conditional, against 33.5 ms as one
+    vmap. At K = 16 the conditional's copy of each chunk cost more than it saved: the
+    damped wave and the growth chain at 1,048,576 points ran 1.01-1.22x the time without
+    it (one process, interleaved, /tmp/w/ab_final.py, 2026-11-25).
     """
     full = points // size
 
     def body(carry, xs):
         index, chunk = xs
         outs = one_chunk(chunk)
-        outs = jax.lax.cond(index >= 0, lambda o: o, _never, outs)
+        if through_cond:
+            outs = jax.lax.cond(index >= 0, lambda o: o, _never, outs)
         return carry, outs
 
     heads = [a[: full * size].reshape((full, size) + a.shape[1:]) for a in args]
