@@ -397,3 +397,40 @@ def test_a_division_reads_its_numerator_row_by_row(use, order, expected):
         0.3,
     )
     assert seen == [expected]
+
+
+def _entry_kernels(fn, *args) -> int:
+    """Fusions in the entry computation of `fn`'s compiled program (lowered, compiled,
+    never run)."""
+    text = jax.jit(fn).lower(*args).compile().as_text()
+    return text[text.index("ENTRY") :].count(" fusion(")
+
+
+LOW_ORDER_CHAINS = {
+    "0.3 sin(t) t^10": lambda t: 0.3 * jnp.sin(t) * t**10,
+    "exp(-t^2/2) cos(3t) / (1 + t^2)": lambda t: jnp.exp(-(t**2) / 2) * jnp.cos(3 * t) / (1 + t**2),
+    "sqrt(1 + t^2) exp(sin(t))": lambda t: jnp.sqrt(1 + t**2) * jnp.exp(jnp.sin(t)),
+}
+
+
+@pytest.mark.parametrize("points", [4096, 1 << 20])
+@pytest.mark.parametrize("name", list(LOW_ORDER_CHAINS))
+def test_order_two_chains_compile_into_one_kernel(name, points):
+    # At order 2 nothing is marked (`_once.UNMARKED_ANY_SIZE_MAX_ORDER`), a quotient's
+    # recurrence reads `a_0 (1 / b_0)` (XLA:CPU fuses a reciprocal, not a quotient with
+    # several readers), and the output is the pass's own stack, so XLA fuses the whole
+    # program into one kernel, as it does nested jvp's under `vmap`.
+    fn = jax.vmap(taylax.derivatives(LOW_ORDER_CHAINS[name], 2))
+    assert _entry_kernels(fn, jax.ShapeDtypeStruct((points,), jnp.float64)) == 1
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 4, 5])
+def test_quotient_primal_is_the_quotient_itself(order):
+    # The recurrence may read `a_0 (1 / b_0)`; the primal row stays `a_0 / b_0`, bit
+    # for bit what the function returns.
+    f = LOW_ORDER_CHAINS["exp(-t^2/2) cos(3t) / (1 + t^2)"]
+    t = jnp.linspace(-3.0, 3.0, 101)
+    got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
+    np.testing.assert_array_equal(np.asarray(got[:, 0]), np.asarray(jax.jit(f)(t)))
+    want = nested_jvp_derivatives(f, t, jnp.ones_like(t), order)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want).T, rtol=1e-12, atol=1e-12)

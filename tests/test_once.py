@@ -11,7 +11,7 @@ from taylax import _once, _series as ks
 LARGE = _once.UNMARKED_MIN_BYTES // 8  # float64 values: the smallest unmarked size
 
 
-def _marked(kind="once", pass_order=2):
+def _marked(kind="once", pass_order=_once.UNMARKED_MAX_ORDER):
     def fn(x):
         return _once.mark(x, ks.opaque_one(x), kind=kind, pass_order=pass_order)
 
@@ -39,13 +39,22 @@ def test_marks_are_lowered_by_size_and_order(kind):
     assert not _unmarked(_lowered(_marked(kind, None), (LARGE,)))  # outside a Taylor pass
 
 
+@pytest.mark.parametrize("kind", ["once", "shield"])
+def test_marks_of_the_lowest_orders_are_lowered_unmarked_at_every_size(kind):
+    low = _once.UNMARKED_ANY_SIZE_MAX_ORDER
+    assert _unmarked(_lowered(_marked(kind, low), (3,)))
+    assert _unmarked(_lowered(_marked(kind, low), (LARGE,)))
+    assert not _unmarked(_lowered(_marked(kind, low + 1), (3,)))
+
+
 def test_batched_marks_are_lowered_by_the_batched_size():
     # Under vmap the rules see one point; the lowering sees the whole batch.
-    per_point = jax.vmap(_marked())
+    per_point = jax.vmap(_marked())  # at the largest order that marks by size
     assert not _unmarked(_lowered(per_point, (1024,)))
     assert _unmarked(_lowered(per_point, (LARGE,)))
     # `one` shared by the batch (not batched) is broadcast to it.
-    shared = jax.vmap(lambda x, one: _once.mark(x, one, kind="once", pass_order=2), (0, None))
+    order = _once.UNMARKED_MAX_ORDER
+    shared = jax.vmap(lambda x, one: _once.mark(x, one, kind="once", pass_order=order), (0, None))
     assert "stablehlo.divide" not in _lowered(shared, (LARGE,), ())
     assert "stablehlo.divide" in _lowered(shared, (1024,), ())
     np.testing.assert_array_equal(shared(jnp.arange(3.0), jnp.ones(())), np.arange(3.0))

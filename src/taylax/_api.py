@@ -118,6 +118,21 @@ def _output(o: Series, aval, order: int):
     return primal, pad_degree(o.coeffs, order)[1:]
 
 
+def _output_stack(o: Series, aval, order: int):
+    """Coefficients 0..order of an output series as one `(order + 1, *aval.shape)` array.
+
+    The primal stays the row it is in the pass instead of being split off and
+    concatenated back: under `jax.vmap` the coefficient axis leads and the batch axis
+    follows, and a concatenate of a primal batched at 0 with coefficients batched at 1
+    transposes the coefficients first (XLA:CPU ran that 1.7x slower at order 2).
+    """
+    if o.is_constant or not jnp.issubdtype(aval.dtype, jnp.inexact):
+        primal, coeffs = _output(o, aval, order)
+        return lax.concatenate([primal[None], coeffs], 0)
+    c = pad_degree(o.coeffs, order).astype(aval.dtype)
+    return jnp.broadcast_to(c, (order + 1, *aval.shape))
+
+
 def _pass_scale(order: int, leaves) -> float:
     """The `derivative_scale` of a pass for derivatives of `leaves` (the narrowest dtype's:
     every input shares the one line parameter)."""
@@ -141,14 +156,15 @@ def _seeds(primals, directions, order: int, unit: bool = False, scale: float = 1
     return series
 
 
-def _to_derivatives(c, order: int, scale: float, exact: bool = False):
-    """`k! c_k / scale^k` for the stacked coefficients `c_1..c_K` of a pass along `scale`
-    times the direction: the derivatives along the direction. `exact` multiplies by the
-    exact rationals (`k!` may be past the dtype's range) instead of rounded constants."""
+def _to_derivatives(c, order: int, scale: float, exact: bool = False, first: int = 1):
+    """`k! c_k / scale^k` for the stacked coefficients `c_first..c_K` of a pass along
+    `scale` times the direction: the derivatives along the direction. `exact` multiplies
+    by the exact rationals (`k!` may be past the dtype's range) instead of rounded
+    constants."""
     if scale == 1.0 and not exact:
-        return c * factorials(order, c.ndim - 1, c.dtype)[1:].astype(c.dtype)
+        return c * factorials(order, c.ndim - 1, c.dtype)[first:].astype(c.dtype)
     h = Fraction(scale)
-    return times_exact(c, [Fraction(math.factorial(k)) / h**k for k in range(1, order + 1)])
+    return times_exact(c, [Fraction(math.factorial(k)) / h**k for k in range(first, order + 1)])
 
 
 def _merged(scaled, unscaled):
@@ -169,8 +185,10 @@ def _merged(scaled, unscaled):
 
 
 def _with_unscaled_fallback(scaled: list, unscaled: Callable[[], list]) -> list:
-    """The derivatives `scaled` (from the pass along `h` times the direction) merged order
-    by order with `unscaled()`'s (`_merged`) where they are not finite.
+    """The derivatives `scaled` (from the pass along `h` times the direction, stacked with
+    the primal in row 0) merged order by order with `unscaled()`'s (`_merged`) where they
+    are not finite. The primal is the scaled pass's, as it is: both passes compute it, but
+    XLA may evaluate a long primal (float32 `lgamma`) a few ulps apart in a select.
 
     Both passes always run. Skipping the unscaled one under `lax.cond` when every scaled
     derivative is finite halved a scalar call at order 100 (121 -> 58 us), but under
@@ -178,7 +196,9 @@ def _with_unscaled_fallback(scaled: list, unscaled: Callable[[], list]) -> list:
     slower batched (float32 at orders 16 and 24, float64 at 64; 65,536 points).
     """
     return [
-        _merged(c, u) if jnp.issubdtype(c.dtype, jnp.inexact) else c
+        lax.concatenate([c[:1], _merged(c[1:], u[1:])], 0)
+        if jnp.issubdtype(c.dtype, jnp.inexact)
+        else c
         for c, u in zip(scaled, unscaled())
     ]
 
@@ -189,6 +209,32 @@ def _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order: int, unit: bool, scal
     outs = eval_jaxpr_series(jaxpr, consts, seeds, order)
     pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
     return [p for p, _ in pairs], [c for _, c in pairs]
+
+
+# Up to this order `derivatives` returns each output's coefficients as the one stack the
+# pass built (`_output_stack`); past it, the primal split off and the coefficients
+# concatenated back. In one process each (65,536 points, the three chains of
+# `benchmarks/bench_batched.py`), the stack ran 0.89-1.00x at order 2, 0.93-1.01x at 4,
+# and 1.14-1.70x at 8, where the pass's rows are separate buffers.
+STACKED_OUTPUT_MAX_ORDER = 4
+
+
+def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exact=False):
+    """Derivatives 0..order of each output, stacked along a leading axis, from one pass
+    along `scale` times the direction (`_to_derivatives` on every row: `0!` is 1)."""
+    seeds = _seeds(x_leaves, v_leaves, order, unit, scale)
+    outs = eval_jaxpr_series(jaxpr, consts, seeds, order)
+    stacks = []
+    for o, v in zip(outs, jaxpr.outvars):
+        inexact = bool(order) and jnp.issubdtype(v.aval.dtype, jnp.inexact)
+        if order <= STACKED_OUTPUT_MAX_ORDER:
+            c = _output_stack(o, v.aval, order)
+            stacks.append(_to_derivatives(c, order, scale, exact, first=0) if inexact else c)
+        else:
+            p, c = _output(o, v.aval, order)
+            c = _to_derivatives(c, order, scale, exact) if inexact else c
+            stacks.append(lax.concatenate([p[None], c], 0))
+    return stacks
 
 
 def _taylor_program(order: int, unit: bool = False):
@@ -206,20 +252,12 @@ def _derivatives_program(order: int, unit: bool = False):
         def program(consts, x_leaves, v_leaves):
             scale = _pass_scale(order, x_leaves)
             args = (jaxpr, consts, x_leaves, v_leaves, order, unit)
-            primals, coeffs = _taylor_pass(*args, scale)
-            inexact = [bool(order) and jnp.issubdtype(p.dtype, jnp.inexact) for p in primals]
-            coeffs = [_to_derivatives(c, order, scale) if i else c for c, i in zip(coeffs, inexact)]
+            stacks = _derivatives_pass(*args, scale)
             if scale != 1.0:
-
-                def unscaled():
-                    _, plain = _taylor_pass(*args, 1.0)
-                    return [
-                        _to_derivatives(c, order, 1.0, exact=True) if i else c
-                        for c, i in zip(plain, inexact)
-                    ]
-
-                coeffs = _with_unscaled_fallback(coeffs, unscaled)
-            return [lax.concatenate([p[None], c], 0) for p, c in zip(primals, coeffs)]
+                stacks = _with_unscaled_fallback(
+                    stacks, lambda: _derivatives_pass(*args, 1.0, exact=True)
+                )
+            return stacks
 
         return program
 

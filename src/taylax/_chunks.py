@@ -108,13 +108,14 @@ _NAMED_AXIS_PRIMITIVES = frozenset(
 
 
 def buffered_bytes(equations) -> tuple[int, int]:
-    """How many values a pass keeps in buffers (`computed_once`), and their bytes per point,
-    from its equations (`taylax._count.iter_equations`)."""
+    """How many real values a pass keeps in buffers (`computed_once`), and their bytes per
+    point, from its equations (`taylax._count.iter_equations`). A complex buffer counts as
+    two: real `sin` and `cos` share one, `exp(i x)` (`_transcendental.sin_cos`)."""
     count, size = 0, 0
     for eqn in equations:
         if eqn.primitive is computed_once_p and eqn.params["kind"] == "once":
             aval = eqn.outvars[0].aval
-            count += 1
+            count += 2 if jnp.issubdtype(aval.dtype, jnp.complexfloating) else 1
             size += math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
     return count, size
 

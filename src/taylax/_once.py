@@ -27,6 +27,13 @@ from . import _compat
 
 # At pass orders up to this, values of at least `UNMARKED_MIN_BYTES` stay unmarked.
 UNMARKED_MAX_ORDER = 4
+# At pass orders up to this, no value is marked: a kernel reads each coefficient at most
+# twice, and one fused kernel beat the marked buffers at every size (orders 2, the three
+# chains of `benchmarks/bench_batched.py`, 4,096 to 1,048,576 points: the damped wave
+# 0.43 ms against 0.53 ms marked at 65,536 points, 6.3 ms against 11.0 ms at 1,048,576).
+# At order 4 marks still paid off below `UNMARKED_MIN_BYTES` (the damped wave unmarked:
+# 1.75 ms against 0.59 ms at 65,536).
+UNMARKED_ANY_SIZE_MAX_ORDER = 2
 # 4 MiB: 524,288 float64 values (a million-point batch's rows are 8 MiB). Measured on
 # vmapped chains (2 CPUs, `0.3 sin(t) t^10`, the damped wave and the growth chain,
 # orders 2 and 4): unmarked ran 0.72-0.98x marked at 1,048,576 points and 1.2-1.8x at
@@ -52,6 +59,8 @@ def stays_marked(aval, order: int | None) -> bool:
     """Whether a value of abstract type `aval` in a pass of `order` is lowered marked."""
     if order is None or order > UNMARKED_MAX_ORDER:
         return True
+    if order <= UNMARKED_ANY_SIZE_MAX_ORDER:
+        return False
     size = math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
     return size < UNMARKED_MIN_BYTES
 

@@ -135,11 +135,19 @@ def sin_cos(x0):
     XLA:CPU counts real sin and cos as cheap, so it copies them into every kernel that
     reads them, and a Taylor rule reads them once per coefficient: the copies cost more
     than the rest of the arithmetic. `ks.computed_once` makes XLA compute them once.
+
+    Both come from one marked `exp(i x0) = cos x0 + i sin x0`: in one expression LLVM
+    evaluates them with one `sincos` (65,536 float64 points on XLA:CPU: 0.31 ms, against
+    0.24 ms for each alone), and one kernel writes both. XLA's complex `exp` of a purely
+    imaginary argument is its real `cos` and `sin`, bit for bit (`exp(0)` is exactly 1).
     """
     if jnp.issubdtype(jnp.result_type(x0), np.complexfloating):
         return lax.sin(x0), lax.cos(x0)  # complex sin and cos count as expensive already
     one = ks.opaque_one(x0)
-    return ks.computed_once(lax.sin(x0), one), ks.computed_once(lax.cos(x0), one)
+    if jnp.result_type(x0) not in (np.float32, np.float64):  # no complex type of their own
+        return ks.computed_once(lax.sin(x0), one), ks.computed_once(lax.cos(x0), one)
+    cis = ks.computed_once(lax.exp(lax.complex(jnp.zeros_like(x0), x0)), one)
+    return lax.imag(cis), lax.real(cis)
 
 
 def _pair(kind: str, index: int):
