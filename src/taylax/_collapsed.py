@@ -46,6 +46,7 @@ import numpy as np
 from jax import lax
 
 from . import _compat, _rules  # noqa: F401  (_rules registers the built-in rules)
+from ._elementwise import is_elementwise
 from ._interpret import _carries_derivative, _missing_rule, _rule_result, taylor_rules
 from ._rules._common import line_coefficients, linear_inputs
 from ._series import Series, pad_degree
@@ -287,15 +288,6 @@ def _general(eqn, xs, primals, order: int, weights, summed: bool) -> list[Collap
 
 # Elementwise primitives: a jaxpr built only from these (scalar literals aside) maps
 # every element on its own, so its derivatives along a line are elementwise too.
-_ELEMENTWISE = {
-    getattr(lax, f"{name}_p")
-    for name in (
-        "abs acos acosh add asin asinh atan atan2 atanh cbrt cos cosh digamma div eq erf "
-        "erf_inv erfc exp exp2 expm1 ge gt integer_pow is_finite le lgamma log log1p "
-        "logistic lt max min mul ne neg pow rem rsqrt select_n sign sin sinh sqrt square "
-        "sub tan tanh"
-    ).split()
-} | {lax.convert_element_type_p, _compat.add_any_p}
 # Orders at which the derivatives of an elementwise function come from JAX's own
 # derivative rules (nested `jax.jvp` of the function at the primal): one small fused
 # expression per order, shared by every direction. Past this, nested jvp grows
@@ -304,16 +296,6 @@ _ELEMENTWISE = {
 # and folx); the engine's stacked closed forms (1 / cosh^2) cost 2x the compile time
 # here, because XLA:CPU copies their producers into every row's kernel.
 _JVP_MAX_ORDER = 2
-
-
-def _is_elementwise(eqn) -> bool:
-    """Whether `eqn` maps elements independently: an elementwise primitive, or a
-    `custom_jvp` function (softplus, relu) whose body is built only from them."""
-    if eqn.primitive in _ELEMENTWISE:
-        return True
-    if eqn.primitive is _compat.custom_jvp_call_p:
-        return all(_is_elementwise(e) for e in eqn.params["call_jaxpr"].jaxpr.eqns)
-    return False
 
 
 def _link_derivatives(
@@ -354,7 +336,7 @@ def chain_root(eqn, values: Sequence):
     """The one value whose function `eqn`'s varying inputs are, when `eqn` is an
     elementwise link of it: one output shaped and typed like that root, every varying
     input (the root or chains of it) shaped like it. None otherwise."""
-    if len(eqn.outvars) != 1 or not _is_elementwise(eqn):
+    if len(eqn.outvars) != 1 or not is_elementwise(eqn):
         return None
     varying = [x for x in values if _varying(x)]
     roots = {id(r): r for r in (x.root if isinstance(x, Chain) else x for x in varying)}
@@ -537,7 +519,7 @@ def eval_with_chains(jaxpr, consts, args, *, wrap, link, expand, apply) -> list:
 
     def only_elementwise_readers(v) -> bool:
         found = readers().get(v)
-        return bool(found) and all(e is not None and _is_elementwise(e) for e in found)
+        return bool(found) and all(e is not None and is_elementwise(e) for e in found)
 
     for v, c in zip(jaxpr.constvars, consts, strict=True):
         write(v, wrap(c))

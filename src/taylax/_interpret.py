@@ -15,7 +15,7 @@ from typing import Protocol
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat, _series as ks
+from . import _compat, _elementwise, _series as ks
 from ._series import Series
 
 
@@ -326,6 +326,11 @@ def _eval_jaxpr_series(
                     shared_results[j] = outs
                 for v, o in zip(eqn.outvars, shared_results.pop(i), strict=True):
                     write(v, o)
+                continue
+        if order == 1:
+            first = _elementwise.first_order_by_jvp(eqn, series_in)
+            if first is not None:
+                write(eqn.outvars[0], first)
                 continue
         rule = taylor_rules.get(primitive)
         if rule is None:
