@@ -46,7 +46,7 @@ import numpy as np
 from jax import lax
 
 from . import _compat, _rules  # noqa: F401  (_rules registers the built-in rules)
-from ._elementwise import is_elementwise
+from ._elementwise import is_elementwise, of_varying
 from ._interpret import _carries_derivative, _missing_rule, _rule_result, taylor_rules
 from ._rules._common import line_coefficients, linear_inputs
 from ._series import Series, pad_degree
@@ -582,13 +582,7 @@ def _collapsed_link(
         else:  # the root itself: z
             firsts.append(jnp.ones_like(x.primal))
             seconds.append(None)
-
-    def g(*us):
-        args = list(primals)
-        for i, u in zip(varying, us):
-            args[i] = u
-        return _bind_one(eqn, args)
-
+    g = of_varying(eqn, primals, varying)
     derivatives = _link_derivatives(g, [primals[i] for i in varying], firsts, seconds, order, scale)
     return Chain(_bind_one(eqn, primals), root, derivatives)
 

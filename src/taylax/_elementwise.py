@@ -46,6 +46,20 @@ def is_elementwise(eqn) -> bool:
     return False
 
 
+def of_varying(eqn, primals: Sequence, varying: Sequence[int]):
+    """`eqn`'s one output as a function of its operands at the positions `varying`,
+    the others held at `primals` (what `jax.jvp` differentiates)."""
+
+    def g(*us):
+        args = list(primals)
+        for i, u in zip(varying, us, strict=True):
+            args[i] = u
+        out = _compat.bind_equation(eqn, args)
+        return out[0] if eqn.primitive.multiple_results else out
+
+    return g
+
+
 def _real_floating(x) -> bool:
     return jnp.issubdtype(jnp.result_type(x), jnp.floating)
 
@@ -68,12 +82,6 @@ def first_order_by_jvp(eqn, series_in: Sequence[Series]) -> Series | None:
     for i in varying:
         row = ks.row(series_in[i].coeffs, 1)
         tangents.append(jnp.zeros_like(primals[i]) if row is None else row)
-
-    def g(*us):
-        args = list(primals)
-        for i, u in zip(varying, us, strict=True):
-            args[i] = u
-        return _compat.bind_equation(eqn, args)
-
+    g = of_varying(eqn, primals, varying)
     y0, y1 = jax.jvp(g, tuple(primals[i] for i in varying), tuple(tangents))
     return Series(ks.stack_rows([y0, y1]))

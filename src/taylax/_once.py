@@ -55,11 +55,16 @@ def mark(value, one, *, kind: str, pass_order: int | None):
     return computed_once_p.bind(value, one, kind=kind, pass_order=pass_order)
 
 
+def unmarked_at_any_size(order: int | None) -> bool:
+    """Whether no value of a pass of `order` (None: outside a pass) is lowered marked."""
+    return order is not None and order <= UNMARKED_ANY_SIZE_MAX_ORDER
+
+
 def stays_marked(aval, order: int | None) -> bool:
     """Whether a value of abstract type `aval` in a pass of `order` is lowered marked."""
     if order is None or order > UNMARKED_MAX_ORDER:
         return True
-    if order <= UNMARKED_ANY_SIZE_MAX_ORDER:
+    if unmarked_at_any_size(order):
         return False
     size = math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
     return size < UNMARKED_MIN_BYTES
