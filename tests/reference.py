@@ -19,14 +19,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 __all__ = [
     "assert_series_close",
     "check_against_oracle",
     "direction",
+    "entry_kernels",
     "nested_jvp_derivatives",
     "oracle",
     "seeded_rng",
+    "xla_cpu_only",
 ]
 
 
@@ -241,9 +244,13 @@ def check_against_oracle(
     per_point: bool = False,
     rtol: float = 1e-10,
     context: str = "",
+    reference: Callable | None = None,
 ) -> None:
     """`taylax.derivatives(f, K)(x, v)` must equal the nested-jvp oracle to `rtol`, for every
     truncation order `K` in `orders` (each result holds all orders 0..K).
+
+    The oracle differentiates `reference` where given: a function equal to `f` whose JAX
+    derivative rules are right where `f`'s are not.
 
     The oracle is computed once, at the largest order.  Mismatches at all orders are collected
     into one AssertionError; any other exception (a missing rule, a crash) propagates at once.
@@ -257,7 +264,7 @@ def check_against_oracle(
     orders = [orders] if isinstance(orders, int) else list(orders)
     if per_point and x.ndim != 1:
         raise ValueError("per_point=True needs a 1-d batch of points")
-    full = nested_jvp_derivatives(f, x, v, max(orders))
+    full = nested_jvp_derivatives(f if reference is None else reference, x, v, max(orders))
     failures = []
     for order in orders:
         expected = jax.tree.map(lambda a, order=order: a[: order + 1], full)
@@ -311,3 +318,22 @@ def set_row_dot_bound(monkeypatch, nbytes: int) -> None:
 
     monkeypatch.setattr(_linalg, "_ROW_DOTS_MIN_BYTES", nbytes)
     monkeypatch.setattr(taylax._api, "_PROGRAMS", type(taylax._api._PROGRAMS)())
+
+
+# --------------------------------------------------------------------------------------------
+# Compiled structure.
+# --------------------------------------------------------------------------------------------
+
+# Kernel counts pin XLA:CPU's fusion decisions, the ones `make test` and the benchmarks see.
+# XLA:GPU fuses by rules of its own (on an H100 the order-2 chains at 1,048,576 points were
+# more than one kernel), so these tests run on the CPU backend only.
+xla_cpu_only = pytest.mark.skipif(
+    jax.default_backend() != "cpu", reason="pins XLA:CPU's kernel count"
+)
+
+
+def entry_kernels(fn, *args) -> int:
+    """Fusions in the entry computation of `fn`'s compiled program (lowered, compiled,
+    never run)."""
+    text = jax.jit(fn).lower(*args).compile().as_text()
+    return text[text.index("ENTRY") :].count(" fusion(")

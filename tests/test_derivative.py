@@ -60,9 +60,11 @@ def test_recursion_emits_a_program_linear_in_depth():
     counts = [
         count_unique_equations(emitted_jaxpr(partial(TAYLAX_RECURSION, k=k), t)) for k in (4, 8, 16)
     ]
-    # Nested jacfwd triples the program per level (3^k). The issue allows quadratic growth
-    # (doubling the depth: 4x); each level here adds one Taylor pass, so it is near linear.
-    assert counts[1] <= 3 * counts[0] and counts[2] <= 2.6 * counts[1], counts
+    # Nested jacfwd triples the program per level (3^k: 81x from depth 4 to 8). Each level
+    # here adds one Taylor pass whose order grows with the depth, and a pass of order K
+    # has O(K) equations, so the program grows at most quadratically (doubling the depth:
+    # 4x, what the issue allows); measured 2.7x and 2.6x, with a bound short of 4x.
+    assert counts[1] <= 3 * counts[0] and counts[2] <= 3 * counts[1], counts
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 from jax import lax
 
 import taylax
+from reference import entry_kernels, xla_cpu_only
 from taylax import _elementwise
 
 CHAINS = {
@@ -31,11 +32,11 @@ def test_order_one_is_forward_mode(name):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-15, atol=0)
 
 
+@xla_cpu_only
 @pytest.mark.parametrize("name", list(CHAINS)[:2])
 def test_order_one_chains_compile_into_one_kernel(name):
-    fn = jax.jit(jax.vmap(taylax.derivatives(CHAINS[name], 1)))
-    text = fn.lower(jax.ShapeDtypeStruct((65536,), jnp.float64)).compile().as_text()
-    assert text[text.index("ENTRY") :].count(" fusion(") == 1
+    fn = jax.vmap(taylax.derivatives(CHAINS[name], 1))
+    assert entry_kernels(fn, jax.ShapeDtypeStruct((65536,), jnp.float64)) == 1
 
 
 @pytest.mark.parametrize(

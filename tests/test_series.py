@@ -22,6 +22,7 @@ from reference import (
     assert_series_close,
     nested_jvp_derivatives,
     set_row_dot_bound,
+    xla_cpu_only,
 )
 from taylax import _api as taylax_api, _series as ks
 from taylax._count import count_equations
@@ -477,6 +478,7 @@ def _most_kernels(hlo: str) -> int:
     return max(part.count(" fusion(") for part in re.split(r"\n(?=\S)", hlo))
 
 
+@xla_cpu_only
 def test_loop_bodies_keep_linear_operations_on_stacks(monkeypatch):
     # Outside loops a sum of stacks of rows stacks its own rows (under vmap the rows
     # then fuse into the output). In a loop body every row would be a kernel of its own

@@ -662,6 +662,28 @@ def stack_rows(rows: list[Array]) -> Array:
     return _stack_rows(rows, shape, jnp.result_type(*rows))
 
 
+def with_known_rows(stacked: Array, rows: list[Array]) -> Array:
+    """`stacked` (equal to `jnp.stack(rows)`), remembering `rows` as its rows (`known_rows`).
+
+    For closed forms whose stack XLA should fuse into its readers: a concatenate of more
+    than `FUSED_CONCAT_MAX_OPERANDS` rows is not fused, and each of its rows becomes a
+    kernel of its own. Readers of a row still take the row itself.
+    """
+    stacked = jnp.asarray(stacked)
+    mark_separate_rows(stacked)
+    key = id(stacked)
+    _ROW_LISTS[key] = rows
+    weakref.finalize(stacked, _ROW_LISTS.pop, key, None)
+    return stacked
+
+
+# XLA:CPU fuses a concatenate of at most this many operands into its readers; past it,
+# each operand becomes a kernel of its own (measured with 3..12 rows of `cos(x) c_k`,
+# scalar and 4,096 points: one kernel up to 8 rows, n + 1 from 9). The complex cosine
+# series of the jitted recursion (`taylax._recursion`) at order 8 was 11 of its 36 kernels.
+FUSED_CONCAT_MAX_OPERANDS = 8
+
+
 def leading_rows(c: Array, count: int) -> Array:
     """`c[:count]`, keeping the known rows (`known_rows`) of `c`."""
     if c.shape[0] <= count:

@@ -20,7 +20,7 @@ from jax import lax
 
 from .. import _series as ks
 from .._interpret import read_row_by_row, register_rule, taylor_rules
-from .._series import Series
+from .._series import Array, Series
 from ._arithmetic import log_series
 from ._common import chunked, line_coefficients
 
@@ -29,43 +29,57 @@ def _full(x: Series, order: int):
     return ks.pad_degree(x.coeffs, order)
 
 
-def _scaled(values, order: int, scale: float = 1.0):
-    """Stack `values[k % len(values)] scale^k / k!` for k = 0..order (derivative cycles)."""
-    dtype = jnp.result_type(*values)
-    if ks.rows_wanted(order):
-        # Row by row (`ks.known_rows`): readers multiply a buffer by a number.
-        magnitudes = ks.inverse_factorials(order, 0, dtype, scale)
-        rows = [ks.times_number(values[k % len(values)], magnitudes[k]) for k in range(order + 1)]
-        return ks.stack_rows(rows)
+def _cycle(values, weights: np.ndarray) -> Array:
+    """Row k is `values[k % len(values)] weights[k]`, as one elementwise expression (a
+    broadcast of the stacked cycle, a reshape and a product: it fuses into its readers).
+    """
     cycle = jnp.stack(values)
-    reps = -(-(order + 1) // len(values))
+    rows = len(weights)
+    reps = -(-rows // len(values))
     shape = cycle.shape
     tiled = lax.broadcast_in_dim(cycle, (reps,) + shape, tuple(range(1, len(shape) + 1)))
-    tiled = lax.reshape(tiled, (reps * shape[0],) + shape[1:])[: order + 1]
-    return tiled * ks.inverse_factorials(order, len(shape) - 1, tiled.dtype, scale)
+    tiled = lax.reshape(tiled, (reps * shape[0],) + shape[1:])[:rows]
+    return tiled * jnp.asarray(weights.reshape((rows,) + (1,) * (len(shape) - 1)), tiled.dtype)
+
+
+def _cycle_rows(values, weights: np.ndarray) -> Array:
+    """`_cycle` row by row (for `ks.rows_wanted` orders): a reader of row k multiplies one
+    buffer by a number (`ks.known_rows`), with no stacked copy in between. Past the rows
+    XLA:CPU fuses as a concatenate, the stack itself is `_cycle`'s one expression."""
+    rows = [ks.times_number(values[k % len(values)], w) for k, w in enumerate(weights)]
+    if len(rows) <= ks.FUSED_CONCAT_MAX_OPERANDS:
+        return ks.stack_rows(rows)
+    return ks.with_known_rows(_cycle(values, weights), rows)
+
+
+def _scaled(values, order: int, scale: float = 1.0):
+    """Stack `values[k % len(values)] scale^k / k!` for k = 0..order (derivative cycles)."""
+    magnitudes = ks.inverse_factorials(order, 0, jnp.result_type(*values), scale)
+    if ks.rows_wanted(order):
+        return _cycle_rows(values, magnitudes.ravel())
+    return _cycle(values, magnitudes.ravel())
 
 
 def _trig_cycle(sin0, cos0, index: int, order: int, scale: float = 1.0):
     """`d^k/dx^k sin` (index 0) or `cos` (index 1) at `x0`, times `scale^k / k!`, for
     k = 0..order.
 
-    Row k is `sin` or `cos` times a signed `scale^k / k!`. Where `ks.rows_wanted`,
-    stacked with its rows known (`ks.known_rows`): a reader of row k multiplies one
-    buffer by a number, with no stacked copy in between. Otherwise `A_k sin + B_k cos`
-    with constant vectors (one of the two 0 at each k): a few equations at any order,
-    one elementwise kernel in its readers' layout. Real only (complex sin and cos take
-    `_scaled`): sin and cos are bounded, so the zero weights never meet an inf.
+    Row k is `sin` or `cos` times a signed `scale^k / k!`. Where `ks.rows_wanted`, row
+    by row (`_cycle_rows`). Otherwise `A_k sin + B_k cos` with constant vectors (one of
+    the two 0 at each k): a few equations at any order, one elementwise kernel in its
+    readers' layout. Real only (complex sin and cos take `_scaled`): sin and cos are
+    bounded, so the zero weights never meet an inf.
     """
-    start = 0 if index == 0 else 1
-    magnitudes = ks.inverse_factorials(order, 0, np.float64, scale)
-    signed = [magnitudes[k] if (start + k) % 4 < 2 else -magnitudes[k] for k in range(order + 1)]
+    magnitudes = ks.inverse_factorials(order, 0, np.float64, scale).ravel()
+    # phase (index + k) % 4 is sin, cos, -sin, -cos
+    signed = np.array([1.0 if (index + k) % 4 < 2 else -1.0 for k in range(order + 1)])
+    signed *= magnitudes
     if ks.rows_wanted(order):
-        # phase (start + k) % 4 is sin, cos, -sin, -cos
-        rows = [ks.times_number((sin0, cos0)[(start + k) % 2], signed[k]) for k in range(order + 1)]
-        return ks.stack_rows(rows)
+        values = (sin0, cos0) if index == 0 else (cos0, sin0)
+        return _cycle_rows(values, signed)
     weights = np.zeros((2, order + 1))
     for k in range(order + 1):
-        weights[(start + k) % 2, k] = signed[k]
+        weights[(index + k) % 2, k] = signed[k]
     shape = (order + 1,) + (1,) * jnp.ndim(sin0)
     dtype = jnp.result_type(sin0)
     a = jnp.asarray(weights[0].reshape(shape), dtype)
@@ -339,8 +353,26 @@ _inverse_trig(lax.asin_p, 1.0, -1.0, "rsqrt")
 _inverse_trig(lax.acos_p, 1.0, -1.0, "rsqrt", scale=-1.0)
 _inverse_trig(lax.atan_p, 1.0, 1.0, "recip")
 _inverse_trig(lax.asinh_p, 1.0, 1.0, "rsqrt")
-_inverse_trig(lax.acosh_p, -1.0, 1.0, "rsqrt")
 _inverse_trig(lax.atanh_p, 1.0, -1.0, "recip")
+
+
+@register_rule(lax.acosh_p)
+@chunked
+def _acosh(order, x, **params):
+    """`acosh' = 1 / (sqrt(x - 1) sqrt(x + 1))`, each root a series of its own.
+
+    Not `1 / sqrt(x^2 - 1)`: equal for real x > 1, but that root has a branch cut along
+    the whole imaginary axis, where acosh has none, and gives every coefficient the
+    wrong sign for complex x in the left half-plane (JAX 0.10's own derivative rule does
+    too; 0.11's is right). Near x = 1 the product also keeps the digits that `x^2 - 1`
+    cancels.
+    """
+    y0 = lax.acosh_p.bind(x.primal, **params)
+    if order == 0:
+        return Series.constant(y0)
+    c = _full(x, order - 1)
+    roots = [_rsqrt_of(ks.with_primal(c, c[0] + shift), order - 1) for shift in (-1.0, 1.0)]
+    return _integral(x, ks.cauchy(roots[0], roots[1], order - 1), y0, order)
 
 
 @register_rule(lax.atan2_p)
