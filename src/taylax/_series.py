@@ -648,12 +648,7 @@ def _derivative_rows(x: Array, dtype, order: int) -> tuple[list, list]:
 def _stack_rows(rows: list[Array], shape, dtype) -> Array:
     """Stack `rows` (broadcast to `shape`, cast to `dtype`), remembering them (`known_rows`)."""
     rows = [jnp.broadcast_to(jnp.asarray(r, dtype), shape) for r in rows]
-    stacked = jnp.stack(rows)
-    mark_separate_rows(stacked)
-    key = id(stacked)
-    _ROW_LISTS[key] = rows
-    weakref.finalize(stacked, _ROW_LISTS.pop, key, None)
-    return stacked
+    return with_known_rows(jnp.stack(rows), rows)
 
 
 def stack_rows(rows: list[Array]) -> Array:
