@@ -91,6 +91,16 @@ def test_few_buffers_stay_one_vmap(small_chunks):
     assert "scan" not in _primitives(jax.vmap(taylax.derivatives(seed_function, 8)), t)
 
 
+def test_output_rows_past_a_fused_concatenate_count_as_buffers(small_chunks):
+    """Past 8 rows XLA:CPU writes each row of a stacked output to a buffer of its own:
+    `0.3 sin(t) t^10` keeps two values in buffers but runs in chunks at order 12."""
+    t = jnp.linspace(0.5, 1.5, 64)
+    d = taylax.derivatives(seed_function, 12)
+    assert _chunks._output_row_buffers(jax.make_jaxpr(d)(1.0), 12) == (12, 12 * 8)
+    assert "scan" in _primitives(jax.vmap(d), t)
+    np.testing.assert_allclose(jax.jit(jax.vmap(d))(t), jax.vmap(jax.jit(d))(t), rtol=1e-14, atol=0)
+
+
 def test_high_orders_stay_one_vmap(small_chunks):
     """Past `CHUNKED_MAX_ORDER` (not measured) one vmap. The chunk loop is told by its
     conditional: the pass itself loops over rows at such orders."""

@@ -13,7 +13,8 @@ their inputs are being batched; its batching rule, which sees the batch size, pi
 the loop or the plain vmap. Chunks pay a loop and a copy of each chunk's output: a pass
 that keeps few buffers (`0.3 sin(t) t^10` keeps 2) ran 1.5-2x slower in chunks, so the
 loop is taken only where the buffers are large (`CHUNKED_MIN_BYTES`) and many
-(`CHUNKED_MIN_BUFFERS`).
+(`CHUNKED_MIN_BUFFERS`). Past order 8 the rows of the pass's stacked outputs count as
+buffers as well (`_output_row_buffers`).
 
 Differentiated itself (a `jax.jvp` or `jax.grad` inside the `vmap`), the primitive is the
 plain pass: its JVP is the pass's own, so reverse mode transposes ordinary JAX
@@ -33,6 +34,7 @@ import numpy as np
 from . import _compat
 from ._count import iter_equations
 from ._once import computed_once_p
+from ._series import FUSED_CONCAT_MAX_OPERANDS
 
 # Points per chunk, and the buffers from which chunks are used (from 2 chunks of points
 # on). Measured with `jax.jit(jax.vmap(taylax.derivatives(f, K)))` against `jax.lax.map`
@@ -138,9 +140,33 @@ def _chunk_points(points: int, program: PointProgram) -> tuple[int, bool] | None
     size = HIGH_ORDER_CHUNK_POINTS if high else CHUNK_POINTS
     min_bytes = HIGH_ORDER_MIN_BYTES if high else CHUNKED_MIN_BYTES
     count, per_point = buffered_bytes(equations)
+    if orders:
+        rows, row_bytes = _output_row_buffers(program.closed, max(orders))
+        count, per_point = count + rows, per_point + row_bytes
     if points < 2 * size or count < CHUNKED_MIN_BUFFERS or per_point * points < min_bytes:
         return None
     return size, high
+
+
+def _output_row_buffers(closed, order: int) -> tuple[int, int]:
+    """Rows of the pass's stacked outputs that XLA writes to buffers of their own, and
+    their bytes per point.
+
+    Past `FUSED_CONCAT_MAX_OPERANDS` rows XLA:CPU computes each row of a stack as a kernel
+    of its own and copies them into the stack: over a million points `0.3 sin(t) t^10`,
+    which keeps 2 values in buffers, wrote about 400 MB of fresh pages per call at K = 16
+    (102,402 minor faults, 144 ms); in chunks of 65,536 points 62 ms, and 0.26-0.63x the
+    time at K = 12-24 over 262,144 and 1,048,576 points (one process, /tmp/w/chk33.py).
+    """
+    if order <= FUSED_CONCAT_MAX_OPERANDS:
+        return 0, 0
+    rows, size = 0, 0
+    for var in closed.jaxpr.outvars:
+        aval = var.aval
+        if aval.ndim and aval.shape[0] == order + 1 and jnp.issubdtype(aval.dtype, jnp.inexact):
+            rows += order
+            size += order * math.prod(aval.shape[1:]) * np.dtype(aval.dtype).itemsize
+    return rows, size
 
 
 def _batch(axis_data, args, dims, *, program):
