@@ -2,9 +2,9 @@
 
 The contenders of ``bench_batched.py`` (the same three elementwise chains and the tanh MLP
 of width 128 with batch 2048), without its C roofline and fresh-process first calls, which
-measure the CPU. Steady state is the minimum over interleaved rounds; ``taylax first`` is
-the first call of taylax's pipeline in this process (trace + compile + run). Not part of
-``make bench`` (which runs ``bench_*.py`` on the CPU); run it where a GPU is::
+measure the CPU. Steady state is measured as there (``interleaved_minimum``); ``taylax
+first`` is the first call of taylax's pipeline in this process (trace + compile + run).
+Not part of ``make bench`` (which runs ``bench_*.py`` on the CPU); run it where a GPU is::
 
     PYTHONPATH=src:benchmarks python benchmarks/gpu_check.py
     PYTHONPATH=src:benchmarks python benchmarks/gpu_check.py --sizes 1048576 --orders 8,16
@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from bench_batched import (
     CHAINS,
     NESTED_MAX_ORDER,
+    interleaved_minimum,
     jet_chain,
     mlp_contenders,
     mlp_params,
@@ -32,21 +33,13 @@ from bench_batched import (
 
 
 def minimum_times(fns: dict, args: tuple, rounds: int) -> dict:
-    """Minimum wall time per contender (s) over rounds that run every contender once."""
-    for fn in fns.values():
-        jax.block_until_ready(fn(*args))
-    best = {name: float("inf") for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
+    """Minimum wall time per contender (ms), as ``bench_batched`` measures it."""
+    return interleaved_minimum(fns, {name: args for name in fns}, rounds, budget_s=60.0)
 
 
 def _line(label: str, best: dict, extra: str = "") -> str:
     others = min(v for k, v in best.items() if k != "taylax")
-    times = " ".join(f"{k} {v * 1e3:.3f} ms" for k, v in best.items())
+    times = " ".join(f"{k} {v:.3f} ms" for k, v in best.items())
     return f"{label} {times}  taylax/best {best['taylax'] / others:.2f}{extra}"
 
 
