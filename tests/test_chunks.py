@@ -101,6 +101,16 @@ def test_output_rows_past_a_fused_concatenate_count_as_buffers(small_chunks):
     np.testing.assert_allclose(jax.jit(jax.vmap(d))(t), jax.vmap(jax.jit(d))(t), rtol=1e-14, atol=0)
 
 
+def test_output_rows_chunk_from_fewer_bytes():
+    """Rows written one buffer each fault from `OUTPUT_ROWS_MIN_BYTES`: `0.3 sin(t) t^10`
+    at order 9 keeps about 23 MB over 262,144 points (chunked) and half that over
+    131,072 (one vmap)."""
+    d = jax.vmap(taylax.derivatives(seed_function, 9))
+    big, small = jnp.linspace(0.5, 1.5, 262144), jnp.linspace(0.5, 1.5, 131072)
+    assert _scan_lengths(d, big) == [262144 // _chunks.CHUNK_POINTS]
+    assert _scan_lengths(d, small) == []
+
+
 def test_high_orders_stay_one_vmap(small_chunks):
     """Past `CHUNKED_MAX_ORDER` (not measured) one vmap. The chunk loop is told by its
     conditional: the pass itself loops over rows at such orders."""
