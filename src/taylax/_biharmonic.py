@@ -46,7 +46,6 @@ import numpy as np
 from . import _series as ks
 from ._collapsed import (
     Chain,
-    _bind_one,
     _linear_mask,
     _map_linear,
     _rule,
@@ -54,6 +53,7 @@ from ._collapsed import (
     eval_with_chains,
     top_or_zeros,
 )
+from ._elementwise import bind_one
 from ._series import Series
 
 Array = jax.Array
@@ -265,7 +265,7 @@ def _link(eqn, values, only_elementwise_readers) -> Chain | None:
         else:  # the root itself: the unit seed, so closed forms along a line apply
             series.append(Series(ks.unit_seed(x.primal)))
     (y,) = _rule(eqn)(_ORDER, *series)
-    return Chain(_bind_one(eqn, [x.primal for x in values]), root, y)
+    return Chain(bind_one(eqn, [x.primal for x in values]), root, y)
 
 
 def _linear(eqn, xs: Sequence[Jet4], mask, primals) -> list[Jet4]:

@@ -46,7 +46,7 @@ import numpy as np
 from jax import lax
 
 from . import _compat, _rules  # noqa: F401  (_rules registers the built-in rules)
-from ._elementwise import is_elementwise, of_varying
+from ._elementwise import bind_one, is_elementwise, of_varying
 from ._interpret import _carries_derivative, _missing_rule, _rule_result, taylor_rules
 from ._rules._common import line_coefficients, linear_inputs
 from ._series import Series, pad_degree
@@ -323,11 +323,6 @@ def _link_derivatives(
     return [None, y1, y2]
 
 
-def _bind_one(eqn, args):
-    out = _compat.bind_equation(eqn, args)
-    return out[0] if eqn.primitive.multiple_results else out
-
-
 def _varying(x) -> bool:
     return isinstance(x, Chain) or not x.is_constant
 
@@ -584,7 +579,7 @@ def _collapsed_link(
             seconds.append(None)
     g = of_varying(eqn, primals, varying)
     derivatives = _link_derivatives(g, [primals[i] for i in varying], firsts, seconds, order, scale)
-    return Chain(_bind_one(eqn, primals), root, derivatives)
+    return Chain(bind_one(eqn, primals), root, derivatives)
 
 
 def eval_jaxpr_collapsed(

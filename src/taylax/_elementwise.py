@@ -46,6 +46,12 @@ def is_elementwise(eqn) -> bool:
     return False
 
 
+def bind_one(eqn, args):
+    """`eqn`'s primitive bound on `args` with its parameters: its one output."""
+    out = _compat.bind_equation(eqn, args)
+    return out[0] if eqn.primitive.multiple_results else out
+
+
 def of_varying(eqn, primals: Sequence, varying: Sequence[int]):
     """`eqn`'s one output as a function of its operands at the positions `varying`,
     the others held at `primals` (what `jax.jvp` differentiates)."""
@@ -54,8 +60,7 @@ def of_varying(eqn, primals: Sequence, varying: Sequence[int]):
         args = list(primals)
         for i, u in zip(varying, us, strict=True):
             args[i] = u
-        out = _compat.bind_equation(eqn, args)
-        return out[0] if eqn.primitive.multiple_results else out
+        return bind_one(eqn, args)
 
     return g
 
