@@ -15,9 +15,8 @@ points, and a tanh MLP along a direction. Every contender computes the same outp
 
 Steady state is the minimum over interleaved rounds (every contender in turn, each
 timed call right after an untimed one of its own), so a machine that gets slower
-mid-run slows all contenders alike. First
-calls run in a fresh process each (trace + compile + run). Writes
-``benchmarks/results/batched.{md,json}``.
+mid-run slows all contenders alike. First calls run in a fresh process each (trace +
+compile + run). Writes ``benchmarks/results/batched.{md,json}``.
 
     python benchmarks/bench_batched.py                 # the full suite (make bench)
     python benchmarks/bench_batched.py --quick         # a smaller grid
