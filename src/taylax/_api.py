@@ -18,6 +18,7 @@ from . import (
 )
 from ._derivative import ProgramCache, closed_key, const_value_key, make_jaxpr
 from ._interpret import eval_jaxpr_series
+from ._one_kernel import fits_one_kernel
 from ._series import (
     Series,
     check_order_for_dtype,
@@ -223,7 +224,7 @@ def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exa
     """Derivatives 0..order of each output, stacked along a leading axis, from one pass
     along `scale` times the direction (`_to_derivatives` on every row: `0!` is 1)."""
     seeds = _seeds(x_leaves, v_leaves, order, unit, scale)
-    outs = eval_jaxpr_series(jaxpr, consts, seeds, order)
+    outs = eval_jaxpr_series(jaxpr, consts, seeds, order, fits_one_kernel(jaxpr, order))
     stacks = []
     for o, v in zip(outs, jaxpr.outvars):
         inexact = bool(order) and jnp.issubdtype(v.aval.dtype, jnp.inexact)

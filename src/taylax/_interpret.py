@@ -273,10 +273,15 @@ def _varying_vars(jaxpr: _compat.Jaxpr, args: Sequence[Series]) -> set:
 
 
 def eval_jaxpr_series(
-    jaxpr: _compat.Jaxpr, consts: Sequence, args: Sequence[Series], order: int
+    jaxpr: _compat.Jaxpr,
+    consts: Sequence,
+    args: Sequence[Series],
+    order: int,
+    one_kernel: bool = False,
 ) -> list[Series]:
-    """Evaluate `jaxpr` on series inputs, truncating every series at `order`."""
-    with ks.taylor_pass(order):
+    """Evaluate `jaxpr` on series inputs, truncating every series at `order`
+    (`one_kernel`: see `taylax._series.one_kernel_pass`)."""
+    with ks.taylor_pass(order, one_kernel):
         return _eval_jaxpr_series(jaxpr, consts, args, order)
 
 

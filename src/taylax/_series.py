@@ -126,8 +126,11 @@ def computed_once(value: Array, one: Array) -> Array:
     division, so `value / one` (with `one = opaque_one(...)`, exactly 1) is computed
     once into a buffer that the readers share. A reader that divides by it or into it
     must take it through `shielded`. Large values in passes of low order stay unmarked
-    (`taylax._once`: decided when the program is lowered, from the batched shape).
+    (`taylax._once`: decided when the program is lowered, from the batched shape), and
+    so does every value of a pass that compiles into one kernel (`one_kernel_pass`).
     """
+    if _ONE_KERNEL.get():
+        return value
     one = one.astype(jnp.result_type(value))
     out = _once.mark(value, one, kind="once", pass_order=pass_order())
     _ONCE[id(out)] = out
@@ -159,14 +162,29 @@ _PASS_ORDER: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 )
 
 
+# Whether the pass being traced compiles into one kernel (`taylax._one_kernel`).
+_ONE_KERNEL: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "taylax_one_kernel", default=False
+)
+
+
 @contextlib.contextmanager
-def taylor_pass(order: int):
-    """Mark the rules run inside as part of a Taylor pass of `order` (`pass_order`)."""
+def taylor_pass(order: int, one_kernel: bool = False):
+    """Mark the rules run inside as part of a Taylor pass of `order` (`pass_order`);
+    `one_kernel`: the pass keeps no value in a buffer (`one_kernel_pass`)."""
     token = _PASS_ORDER.set(order)
+    one_kernel_token = _ONE_KERNEL.set(one_kernel)
     try:
         yield
     finally:
+        _ONE_KERNEL.reset(one_kernel_token)
         _PASS_ORDER.reset(token)
+
+
+def one_kernel_pass() -> bool:
+    """Whether the pass now being traced compiles into one kernel, with no value marked
+    `computed_once` (`taylax._one_kernel.fits_one_kernel`)."""
+    return _ONE_KERNEL.get()
 
 
 def pass_order() -> int | None:
