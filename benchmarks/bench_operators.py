@@ -11,8 +11,9 @@ A tanh MLP `d -> 128 -> 128 -> 1` on a batch of 256 points (issue 15's network):
 * biharmonic, d = 4, 8, 16, float64: taylax against folx nested in itself and
   nested `jax.hessian`.
 
-Steady state is the minimum over interleaved rounds. folx is a benchmark-only extra
-(`pip install -e .[bench]`); without it its columns read "—". Writes
+Steady state is the minimum over interleaved rounds, each timed call right after an
+untimed one of the same contender (`bench_batched.interleaved_minimum`). folx is a
+benchmark-only extra (`pip install -e .[bench]`); without it its columns read "—". Writes
 ``benchmarks/results/operators.{md,json}`` (and ``operators.png`` with matplotlib).
 
     python benchmarks/bench_operators.py            # the full suite (make bench)
@@ -40,6 +41,7 @@ jax.config.update("jax_enable_x64", True)
 from jax.experimental import jet as jax_jet  # noqa: E402
 
 import taylax  # noqa: E402
+from bench_batched import interleaved_minimum  # noqa: E402
 
 try:
     import folx
@@ -147,25 +149,13 @@ def biharmonic_contenders(f, params=None) -> dict:
     return out
 
 
-def interleaved_minimum(fns: dict, args: tuple, rounds: int, budget_s: float = 20.0) -> dict:
-    best = {}
-    live = {}
-    for name, fn in fns.items():
-        try:
-            jax.block_until_ready(fn(*args))
-            live[name] = fn
-            best[name] = float("inf")
-        except Exception as err:  # a contender that cannot run this case
-            best[name] = f"failed: {type(err).__name__}"
-    start = time.perf_counter()
-    for r in range(rounds):
-        for name, fn in live.items():
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            best[name] = min(best[name], (time.perf_counter() - t0) * 1e3)
-        if r >= 2 and time.perf_counter() - start > budget_s:
-            break
-    return best
+def minimum_times(fns: dict, args: tuple, rounds: int) -> dict:
+    """Minimum wall time per contender (ms), as `bench_batched` measures it (each timed
+    call after an untimed one of the same contender); a contender that cannot run the
+    case reads `"failed: <exception type>"`."""
+    return interleaved_minimum(
+        fns, {name: args for name in fns}, rounds, budget_s=20.0, skip_failures=True
+    )
 
 
 def _relative_error(a, b) -> float:
@@ -185,7 +175,7 @@ def operator_row(
     params = net_params if net is mlp else None
     xs = jax.random.normal(jax.random.PRNGKey(1), (BATCH, d), dtype)
     fns = {k: jax.jit(jax.vmap(v)) for k, v in contenders(f, params).items()}
-    times = interleaved_minimum(fns, (xs,), rounds)
+    times = minimum_times(fns, (xs,), rounds)
     error = _relative_error(fns["taylax"](xs), fns[reference](xs))
     row = {"case": case, "dtype": dtype_name, "d": d, "ms": times, "rel_err_vs_hessian": error}
     print(json.dumps(row), flush=True)
@@ -239,7 +229,7 @@ def grad_rows(dims, rounds) -> list[dict]:
                 lambda p, xs=xs: jnp.mean(jax.vmap(lambda x: hand_fused_laplacian(p, x))(xs) ** 2)
             )
         )
-        times = interleaved_minimum(fns, (params,), rounds)
+        times = minimum_times(fns, (params,), rounds)
         ours, theirs = fns["taylax"](params), fns["jax.hessian"](params)
         error = max(
             _relative_error(a, b) for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs))
