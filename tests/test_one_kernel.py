@@ -99,3 +99,27 @@ def test_one_kernel_passes_match_nested_jvp(name, order):
         [nested_jvp_derivatives(f, np.float64(x), np.float64(-0.75), order=order) for x in t]
     )
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-11)
+
+
+def test_an_inner_jit_is_emitted_for_the_pass_that_calls_it():
+    # The Taylor program of an inner `jax.jit` is cached per function: traced first in a
+    # one-kernel pass, it must not serve a pass that marks (sin and cos as one `exp(i t)`).
+    inner = jax.jit(lambda u: jnp.sin(u) ** 2)
+
+    def pure(t):
+        return inner(t) + t
+
+    def with_exp(t):
+        return inner(t) * jnp.exp(t)
+
+    def complex_marks(f):
+        closed = jax.make_jaxpr(taylax.derivatives(f, 4))(0.5)
+        return sum(
+            e.primitive.name == "taylax_computed_once"
+            and jnp.issubdtype(e.outvars[0].aval.dtype, jnp.complexfloating)
+            for e in iter_equations(closed)
+        )
+
+    assert complex_marks(pure) == 0
+    assert complex_marks(with_exp) == 1
+    assert complex_marks(pure) == 0

@@ -277,10 +277,15 @@ def eval_jaxpr_series(
     consts: Sequence,
     args: Sequence[Series],
     order: int,
-    one_kernel: bool = False,
+    one_kernel: bool | None = None,
 ) -> list[Series]:
-    """Evaluate `jaxpr` on series inputs, truncating every series at `order`
-    (`one_kernel`: see `taylax._series.one_kernel_pass`)."""
+    """Evaluate `jaxpr` on series inputs, truncating every series at `order`.
+
+    `one_kernel`: whether the pass compiles into one kernel (`ks.one_kernel_pass`);
+    None keeps the enclosing pass's answer (a sub-jaxpr's pass is part of it).
+    """
+    if one_kernel is None:
+        one_kernel = ks.one_kernel_pass()
     with ks.taylor_pass(order, one_kernel):
         return _eval_jaxpr_series(jaxpr, consts, args, order)
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _compat
+from .. import _compat, _series as ks
 from .._interpret import eval_jaxpr_series, register_rule
 from .._series import Series, derivative_series, integrate, pad_degree
 
@@ -59,13 +59,17 @@ def jit_per_jaxpr(cache: weakref.WeakKeyDictionary, closed, key, body: Callable,
 
 
 def transformed_call(closed: _compat.ClosedJaxpr, order: int, degrees: tuple[int, ...], name):
-    """A jitted function evaluating `closed` on series of the given input degrees (cached)."""
+    """A jitted function evaluating `closed` on series of the given input degrees (cached),
+    as part of the enclosing pass (one kernel or not: `ks.one_kernel_pass`)."""
+    one_kernel = ks.one_kernel_pass()
 
     def taylor_call(closed, *arrays):
-        outs = eval_jaxpr_series(closed.jaxpr, closed.consts, _as_inputs(arrays, degrees), order)
+        inputs = _as_inputs(arrays, degrees)
+        outs = eval_jaxpr_series(closed.jaxpr, closed.consts, inputs, order, one_kernel)
         return as_outputs(outs)
 
-    return jit_per_jaxpr(_TRANSFORMED, closed, (order, degrees), taylor_call, f"taylor_{name}")
+    key = (order, degrees, one_kernel)
+    return jit_per_jaxpr(_TRANSFORMED, closed, key, taylor_call, f"taylor_{name}")
 
 
 @register_rule(_compat.jit_p)
