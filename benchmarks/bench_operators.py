@@ -314,7 +314,8 @@ def readme_summary(payload: dict) -> str:
     meta = payload["meta"]
     lines = [
         f"(g) Differential operators on a tanh MLP `d -> {WIDTH} -> {WIDTH} -> 1`, batch "
-        f"{BATCH}, `jax.jit(jax.vmap(op))` steady state (minimum of interleaved rounds), "
+        f"{BATCH}, `jax.jit(jax.vmap(op))` steady state (minimum of interleaved rounds, each "
+        "timed call right after an untimed one of the same contender), "
         f"{meta['machine']}, measured {meta['date'][:10]} (`benchmarks/results/operators.md`). "
         "Ratios are taylax / the contender (below 1: taylax wins).",
         "",
