@@ -14,9 +14,10 @@ points, and a tanh MLP along a direction. Every contender computes the same outp
   with the system's C compiler and OpenMP; skipped where there is none).
 
 Steady state is the minimum over interleaved rounds (every contender in turn, each
-timed call right after an untimed one of its own), so a machine that gets slower
-mid-run slows all contenders alike. First calls run in a fresh process each (trace +
-compile + run). Writes ``benchmarks/results/batched.{md,json}``.
+timed call right after an untimed one of its own; more rounds for small batches,
+`rounds_at`), so a machine that gets slower mid-run slows all contenders alike. First
+calls run in a fresh process each (trace + compile + run). Writes
+``benchmarks/results/batched.{md,json}``.
 
     python benchmarks/bench_batched.py                 # the full suite (make bench)
     python benchmarks/bench_batched.py --quick         # a smaller grid
@@ -255,6 +256,17 @@ def check_agreement(reference, other, K) -> float:
     return float(np.max(np.abs(a - b) / scale))
 
 
+# Below this many points a call takes tens of microseconds and one interrupted round
+# moves its minimum: the damped wave at K = 2 over 4,096 points read 0.048, 0.094 and
+# 0.085 ms in three runs of 20 rounds, 0.053-0.054 ms in three of 240.
+STEADY_POINTS = 1 << 16
+
+
+def rounds_at(rounds: int, n: int) -> int:
+    """Rounds for a batch of `n` points: `rounds`, times `STEADY_POINTS // n` below it."""
+    return rounds * max(1, STEADY_POINTS // n)
+
+
 def steady_chains(sizes, orders, rounds, roofline: Roofline, cases=None) -> list[dict]:
     rows = []
     for case, (f, _) in CHAINS.items():
@@ -275,7 +287,7 @@ def steady_chains(sizes, orders, rounds, roofline: Roofline, cases=None) -> list
                 if kernel is not None:
                     fns["roofline"] = kernel
                     args["roofline"] = (t_host,)
-                times = interleaved_minimum(fns, args, rounds, budget_s=20.0)
+                times = interleaved_minimum(fns, args, rounds_at(rounds, n), budget_s=20.0)
                 reference_name = "jet" if "jet" in fns else "roofline"
                 reference = np.asarray(fns[reference_name](*args[reference_name]))
                 errors = {
@@ -380,7 +392,8 @@ def markdown(payload: dict) -> str:
         f"# Batched steady state ({payload['meta']['date'][:10]}, {payload['meta']['machine']})",
         "",
         "All derivatives 0..K, float64, minimum over interleaved rounds (each timed call "
-        "right after an untimed one of the same contender), milliseconds. "
+        "right after an untimed one of the same contender; below "
+        f"{STEADY_POINTS:,} points proportionally more rounds), milliseconds. "
         "`best` is the fastest of jet and nested jvp (on whole arrays, or per point under "
         "`vmap`); ratios below 1 mean taylax is faster; "
         "`roofline` is a hand-fused C kernel of the same arithmetic (OpenMP, all cores).",
@@ -449,7 +462,8 @@ def readme_summary(payload: dict) -> str:
         "`jax.jit(jax.vmap(taylax.derivatives(f, K)))` against `jax.experimental.jet` and "
         "nested `jax.jvp` computing the same output, and a hand-fused C kernel of the same "
         f"arithmetic as the roofline (R); float64, {meta['machine']}, minimum of interleaved "
-        "rounds (each timed call right after an untimed one of the same contender), "
+        "rounds (each timed call right after an untimed one of the same contender; below "
+        f"{STEADY_POINTS:,} points proportionally more rounds), "
         f"measured {meta['date'][:10]} (`benchmarks/results/batched.md`). "
         "Each cell: taylax time (taylax / best of jet and nested jvp, the latter on whole "
         "arrays or per point under `vmap`, the faster; taylax / R).",
