@@ -256,10 +256,12 @@ def check_agreement(reference, other, K) -> float:
     return float(np.max(np.abs(a - b) / scale))
 
 
-# Below this many points a call takes tens of microseconds and one interrupted round
-# moves its minimum: the damped wave at K = 2 over 4,096 points read 0.048, 0.094 and
-# 0.085 ms in three runs of 20 rounds, 0.053-0.054 ms in three of 240.
-STEADY_POINTS = 1 << 16
+# Below this many points a call takes at most a few milliseconds and one interrupted
+# round moves its minimum: the damped wave at K = 2 over 4,096 points read 0.048, 0.094
+# and 0.085 ms in three runs of 20 rounds, 0.053-0.054 ms in three of 240; at 65,536
+# points two `make bench` runs of 15 rounds put `0.3 sin(t) t^10` at K = 4 at 0.96x and
+# 1.01x the best.
+STEADY_POINTS = 1 << 18
 
 
 def rounds_at(rounds: int, n: int) -> int:
