@@ -24,6 +24,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from . import _compat
+from ._count import iter_equations
 
 # Orders up to this: a stack of at most 8 rows is one fused concatenate on XLA:CPU
 # (`taylax._series.FUSED_CONCAT_MAX_OPERANDS`), and past order 4 passes mark every
@@ -43,10 +44,12 @@ _POLYNOMIAL_AND_TRIG = frozenset(
         "cos",
         "convert_element_type",
         "copy",
-        "copy_p",
+        # Calls: their equations are checked like the caller's.
+        "jit",
+        "pjit",
+        "closed_call",
     }
 )
-_CALLS = frozenset({"jit", "pjit", "closed_call"})
 
 
 def fits_one_kernel(jaxpr: _compat.Jaxpr, order: int) -> bool:
@@ -66,15 +69,11 @@ def fits_one_kernel(jaxpr: _compat.Jaxpr, order: int) -> bool:
 
 def _scalar_polynomial_and_trig(jaxpr: _compat.Jaxpr) -> bool:
     variables = [*jaxpr.invars, *jaxpr.constvars, *jaxpr.outvars]
-    variables += [v for eqn in jaxpr.eqns for v in eqn.outvars]
     if any(getattr(v.aval, "shape", None) != () for v in variables):
         return False
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        if name in _CALLS:
-            inner = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
-            if inner is None or not _scalar_polynomial_and_trig(getattr(inner, "jaxpr", inner)):
-                return False
-        elif name not in _POLYNOMIAL_AND_TRIG:
+    for eqn in iter_equations(jaxpr):  # into the bodies of calls too
+        if eqn.primitive.name not in _POLYNOMIAL_AND_TRIG:
+            return False
+        if any(getattr(v.aval, "shape", None) != () for v in eqn.outvars):
             return False
     return True
