@@ -245,6 +245,15 @@ def interleaved_minimum(
     return best
 
 
+def minimum_times(
+    fns: dict, args: tuple, rounds: int, budget_s: float = 20.0, skip_failures: bool = False
+) -> dict:
+    """`interleaved_minimum` with the same arguments `args` for every contender."""
+    return interleaved_minimum(
+        fns, {name: args for name in fns}, rounds, budget_s=budget_s, skip_failures=skip_failures
+    )
+
+
 def check_agreement(reference, other, K) -> float:
     """Worst relative error of `other` against `reference`, per derivative order."""
     a = np.asarray(reference).reshape(K + 1, -1) if np.shape(reference)[0] == K + 1 else None

@@ -41,7 +41,7 @@ jax.config.update("jax_enable_x64", True)
 from jax.experimental import jet as jax_jet  # noqa: E402
 
 import taylax  # noqa: E402
-from bench_batched import interleaved_minimum  # noqa: E402
+from bench_batched import minimum_times  # noqa: E402
 
 try:
     import folx
@@ -149,15 +149,6 @@ def biharmonic_contenders(f, params=None) -> dict:
     return out
 
 
-def minimum_times(fns: dict, args: tuple, rounds: int) -> dict:
-    """Minimum wall time per contender (ms), as `bench_batched` measures it (each timed
-    call after an untimed one of the same contender); a contender that cannot run the
-    case reads `"failed: <exception type>"`."""
-    return interleaved_minimum(
-        fns, {name: args for name in fns}, rounds, budget_s=20.0, skip_failures=True
-    )
-
-
 def _relative_error(a, b) -> float:
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
@@ -175,7 +166,7 @@ def operator_row(
     params = net_params if net is mlp else None
     xs = jax.random.normal(jax.random.PRNGKey(1), (BATCH, d), dtype)
     fns = {k: jax.jit(jax.vmap(v)) for k, v in contenders(f, params).items()}
-    times = minimum_times(fns, (xs,), rounds)
+    times = minimum_times(fns, (xs,), rounds, skip_failures=True)
     error = _relative_error(fns["taylax"](xs), fns[reference](xs))
     row = {"case": case, "dtype": dtype_name, "d": d, "ms": times, "rel_err_vs_hessian": error}
     print(json.dumps(row), flush=True)
@@ -229,7 +220,7 @@ def grad_rows(dims, rounds) -> list[dict]:
                 lambda p, xs=xs: jnp.mean(jax.vmap(lambda x: hand_fused_laplacian(p, x))(xs) ** 2)
             )
         )
-        times = minimum_times(fns, (params,), rounds)
+        times = minimum_times(fns, (params,), rounds, skip_failures=True)
         ours, theirs = fns["taylax"](params), fns["jax.hessian"](params)
         error = max(
             _relative_error(a, b) for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs))

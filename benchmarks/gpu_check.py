@@ -22,19 +22,14 @@ import jax.numpy as jnp
 from bench_batched import (
     CHAINS,
     NESTED_MAX_ORDER,
-    interleaved_minimum,
     jet_chain,
+    minimum_times,
     mlp_contenders,
     mlp_params,
     nested_chain,
     nested_vmap_chain,
     taylax_chain,
 )
-
-
-def minimum_times(fns: dict, args: tuple, rounds: int) -> dict:
-    """Minimum wall time per contender (ms), as ``bench_batched`` measures it."""
-    return interleaved_minimum(fns, {name: args for name in fns}, rounds, budget_s=60.0)
 
 
 def _line(label: str, best: dict, extra: str = "") -> str:
@@ -76,7 +71,7 @@ def main(argv=None) -> int:
                 start = time.perf_counter()
                 jax.block_until_ready(fns["taylax"](t))
                 first = time.perf_counter() - start
-                best = minimum_times(fns, (t,), args.rounds)
+                best = minimum_times(fns, (t,), args.rounds, budget_s=60.0)
                 label = f"{name:14s} N={n:8d} K={K:2d}"
                 print(_line(label, best, f"  taylax first {first:.2f} s"), flush=True)
     if not args.no_mlp:
@@ -84,7 +79,7 @@ def main(argv=None) -> int:
         x = jax.random.normal(jax.random.PRNGKey(1), (2048, 16))
         v = jax.random.normal(jax.random.PRNGKey(2), (2048, 16))
         for K in (2, 4, 8):
-            best = minimum_times(mlp_contenders(params, K), (x, v), args.rounds)
+            best = minimum_times(mlp_contenders(params, K), (x, v), args.rounds, budget_s=60.0)
             print(_line(f"mlp K={K}", best), flush=True)
     return 0
 
