@@ -197,6 +197,34 @@ def test_products_and_divisions_in_rows_match_mpmath(order, x0):
     assert shifted_sums(read_twice)
 
 
+@xla_cpu_only
+@pytest.mark.parametrize("order", [12, ks.ROWS_MAX_ORDER])
+def test_products_past_the_unrolled_orders_are_shifted_sums_off_xla_cpu(monkeypatch, order):
+    # `ks.product_rows_max_order`: row sums up to `ROWS_MAX_ORDER` on XLA:CPU; on other
+    # backends (measured on an H200) one shifted sum past `UNROLL_MAX_ORDER`, and the
+    # division no longer asks its numerator for rows. The coefficients do not change.
+    def f(t):
+        return jnp.exp(-(t**2) / 2) * jnp.cos(3 * t) / (1 + t**2)
+
+    def shifted_sums():  # the (2K+1)-row pad of a shifted sum's operand
+        # A fresh program cache: programs are cached by the jaxpr, not by the backend.
+        monkeypatch.setattr(taylax_api, "_PROGRAMS", type(taylax_api._PROGRAMS)())
+        jaxpr = jax.make_jaxpr(taylax.derivatives(f, order))(0.3)
+        return [e for e in all_equations(jaxpr) if e.outvars[0].aval.shape == (2 * order + 1,)]
+
+    assert ks.product_rows_max_order() == ks.ROWS_MAX_ORDER
+    assert not shifted_sums()
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert ks.product_rows_max_order() == ks.UNROLL_MAX_ORDER
+    assert shifted_sums()
+
+    def exact(t):
+        return mpmath.exp(-(t**2) / 2) * mpmath.cos(3 * t) / (1 + t**2)
+
+    for x0 in (0.7, 0.4 + 0.3j):
+        assert_matches_mpmath(f, exact, x0, order)
+
+
 @pytest.mark.parametrize("order", [12, 24])
 def test_full_numerator_over_low_degree_denominator_complex_matches_mpmath(order):
     # Above order 8 a closed-form numerator is read one row per coefficient (`ks.divide`).

@@ -198,9 +198,9 @@ def _div_reads_rows(eqn, operand: int, order: int, others_constant: bool) -> boo
     """A division reads its numerator one row per coefficient (`ks.divide`) when the
     numerator's rows are buffers of their own and the denominator is of low degree or
     has such rows too: a product read only here then gives its rows as such
-    (`ks.ROWS_MAX_ORDER`). Up to `UNROLL_MAX_ORDER` products are rows anyway."""
+    (`ks.product_rows_max_order`). Up to `UNROLL_MAX_ORDER` products are rows anyway."""
     del eqn, others_constant
-    return operand == 0 and ks.UNROLL_MAX_ORDER < order <= ks.ROWS_MAX_ORDER
+    return operand == 0 and ks.UNROLL_MAX_ORDER < order <= ks.product_rows_max_order()
 
 
 row_readers[lax.div_p] = _div_reads_rows
