@@ -14,8 +14,9 @@ points, and a tanh MLP along a direction. Every contender computes the same outp
   with the system's C compiler and OpenMP; skipped where there is none).
 
 Steady state is the minimum over interleaved rounds (every contender in turn, each
-timed call right after an untimed one of its own; more rounds for small batches,
-`rounds_at`), so a machine that gets slower mid-run slows all contenders alike. First
+timed sample right after an untimed call of its own; below `STEADY_POINTS` a sample is
+the mean of back-to-back calls, `calls_at`), so a machine that gets slower mid-run slows
+all contenders alike. First
 calls run in a fresh process each (trace + compile + run). Writes
 ``benchmarks/results/batched.{md,json}``.
 
@@ -208,16 +209,25 @@ def mlp_contenders(params, K):
 
 
 def interleaved_minimum(
-    fns: dict, args: dict, rounds: int, budget_s: float, skip_failures: bool = False
+    fns: dict,
+    args: dict,
+    rounds: int,
+    budget_s: float,
+    skip_failures: bool = False,
+    calls: int = 1,
 ) -> dict:
-    """Minimum wall time per contender (ms) over rounds that run every contender in turn.
+    """Minimum wall time per call and contender (ms) over rounds that run every
+    contender in turn.
 
-    Each timed call follows an untimed call of the same contender, as in a loop that
+    Each timed sample follows an untimed call of the same contender, as in a loop that
     calls one function: the allocator is then in the state that function's own last
     call left. Timed right after another contender, a call's temporaries land where
     that contender's were freed, and at a million points that alone moved a cell by
     up to 1.7x (taylax against nested jvp under `vmap` at K = 2, one kernel of the
     same arithmetic each, 1.00-1.04x when run alone).
+
+    A sample is `calls` calls back to back, waiting on the last, divided by `calls`
+    (see `calls_at`).
 
     With `skip_failures`, a contender whose first call raises is reported as
     `"failed: <exception type>"` instead of a time, and the others are timed.
@@ -238,8 +248,10 @@ def interleaved_minimum(
         for name, fn in live.items():
             jax.block_until_ready(fn(*args[name]))
             t0 = time.perf_counter()
+            for _ in range(calls - 1):
+                fn(*args[name])
             jax.block_until_ready(fn(*args[name]))
-            best[name] = min(best[name], (time.perf_counter() - t0) * 1e3)
+            best[name] = min(best[name], (time.perf_counter() - t0) * 1e3 / calls)
         if r >= 2 and time.perf_counter() - start > budget_s:
             break
     return best
@@ -265,17 +277,20 @@ def check_agreement(reference, other, K) -> float:
     return float(np.max(np.abs(a - b) / scale))
 
 
-# Below this many points a call takes at most a few milliseconds and one interrupted
-# round moves its minimum: the damped wave at K = 2 over 4,096 points read 0.048, 0.094
-# and 0.085 ms in three runs of 20 rounds, 0.053-0.054 ms in three of 240; at 65,536
-# points two `make bench` runs of 15 rounds put `0.3 sin(t) t^10` at K = 4 at 0.96x and
-# 1.01x the best.
+# Below this many points a call takes at most a few milliseconds, and waiting on each
+# call times the wait as much as the kernel. At 4,096 points the minimum over single
+# calls moved 2x between runs (the damped wave at K = 2: 0.048, 0.094 and 0.085 ms in
+# three runs of 20 rounds) and put two kernels of the same arithmetic 1.40x apart over
+# 960 rounds; the minimum over 40 means of 64 back-to-back calls read 0.0481-0.0492 ms
+# for nested jvp under `vmap` in seven runs and 0.0506-0.0524 ms for taylax in four (the
+# growth chain at K = 2, one process per run, 2026-11-26).
 STEADY_POINTS = 1 << 18
 
 
-def rounds_at(rounds: int, n: int) -> int:
-    """Rounds for a batch of `n` points: `rounds`, times `STEADY_POINTS // n` below it."""
-    return rounds * max(1, STEADY_POINTS // n)
+def calls_at(n: int) -> int:
+    """Back-to-back calls per timed sample at `n` points: `STEADY_POINTS // n`, at
+    least 1 (a sample then covers about as many points at every size)."""
+    return max(1, STEADY_POINTS // n)
 
 
 def steady_chains(sizes, orders, rounds, roofline: Roofline, cases=None) -> list[dict]:
@@ -298,7 +313,7 @@ def steady_chains(sizes, orders, rounds, roofline: Roofline, cases=None) -> list
                 if kernel is not None:
                     fns["roofline"] = kernel
                     args["roofline"] = (t_host,)
-                times = interleaved_minimum(fns, args, rounds_at(rounds, n), budget_s=20.0)
+                times = interleaved_minimum(fns, args, rounds, budget_s=20.0, calls=calls_at(n))
                 reference_name = "jet" if "jet" in fns else "roofline"
                 reference = np.asarray(fns[reference_name](*args[reference_name]))
                 errors = {
@@ -402,9 +417,10 @@ def markdown(payload: dict) -> str:
     lines = [
         f"# Batched steady state ({payload['meta']['date'][:10]}, {payload['meta']['machine']})",
         "",
-        "All derivatives 0..K, float64, minimum over interleaved rounds (each timed call "
-        "right after an untimed one of the same contender; below "
-        f"{STEADY_POINTS:,} points proportionally more rounds), milliseconds. "
+        "All derivatives 0..K, float64, minimum over interleaved rounds (each timed sample "
+        "right after an untimed call of the same contender; below "
+        f"{STEADY_POINTS:,} points a sample is the mean of {STEADY_POINTS:,} / N calls "
+        "back to back), milliseconds per call. "
         "`best` is the fastest of jet and nested jvp (on whole arrays, or per point under "
         "`vmap`); ratios below 1 mean taylax is faster; "
         "`roofline` is a hand-fused C kernel of the same arithmetic (OpenMP, all cores).",
@@ -473,8 +489,9 @@ def readme_summary(payload: dict) -> str:
         "`jax.jit(jax.vmap(taylax.derivatives(f, K)))` against `jax.experimental.jet` and "
         "nested `jax.jvp` computing the same output, and a hand-fused C kernel of the same "
         f"arithmetic as the roofline (R); float64, {meta['machine']}, minimum of interleaved "
-        "rounds (each timed call right after an untimed one of the same contender; below "
-        f"{STEADY_POINTS:,} points proportionally more rounds), "
+        "rounds (each timed sample right after an untimed call of the same contender; below "
+        f"{STEADY_POINTS:,} points a sample is the mean of {STEADY_POINTS:,} / N calls back "
+        "to back), "
         f"measured {meta['date'][:10]} (`benchmarks/results/batched.md`). "
         "Each cell: taylax time (taylax / best of jet and nested jvp, the latter on whole "
         "arrays or per point under `vmap`, the faster; taylax / R).",
@@ -552,7 +569,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smaller grid")
     parser.add_argument("--sizes", default=None, help="comma-separated N (points)")
     parser.add_argument("--orders", default=None, help="comma-separated K")
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--no-first-calls", action="store_true")
     parser.add_argument("--no-mlp", action="store_true")
     parser.add_argument("--cases", default=None, help="comma-separated chains (default: all)")
