@@ -30,6 +30,7 @@ __all__ = [
     "oracle",
     "seeded_rng",
     "xla_cpu_only",
+    "cpu_backend_only",
 ]
 
 
@@ -329,6 +330,12 @@ def set_row_dot_bound(monkeypatch, nbytes: int) -> None:
 # more than one kernel), so these tests run on the CPU backend only.
 xla_cpu_only = pytest.mark.skipif(
     jax.default_backend() != "cpu", reason="pins XLA:CPU's kernel count"
+)
+# Chunks of points, blocks of directions and row-sum products past order 8 are taken on
+# the CPU backend only (`taylax._chunks`, `taylax._operators`,
+# `taylax._series.product_rows_max_order`): tests that pin them run there.
+cpu_backend_only = pytest.mark.skipif(
+    jax.default_backend() != "cpu", reason="pins a choice taken on the CPU backend only"
 )
 
 

@@ -188,6 +188,9 @@ def test_products_and_divisions_in_rows_match_mpmath(order, x0):
         order,
     )
 
+    if order > ks.product_rows_max_order():
+        return  # products past order 8 are shifted sums off XLA:CPU (tested below)
+
     def shifted_sums(f):  # the (2K+1)-row pad of a shifted sum's operand
         jaxpr = jax.make_jaxpr(taylax.derivatives(f, order))(0.3)
         return [e for e in all_equations(jaxpr) if e.outvars[0].aval.shape == (2 * order + 1,)]
