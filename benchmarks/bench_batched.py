@@ -258,11 +258,21 @@ def interleaved_minimum(
 
 
 def minimum_times(
-    fns: dict, args: tuple, rounds: int, budget_s: float = 20.0, skip_failures: bool = False
+    fns: dict,
+    args: tuple,
+    rounds: int,
+    budget_s: float = 20.0,
+    skip_failures: bool = False,
+    calls: int = 1,
 ) -> dict:
     """`interleaved_minimum` with the same arguments `args` for every contender."""
     return interleaved_minimum(
-        fns, {name: args for name in fns}, rounds, budget_s=budget_s, skip_failures=skip_failures
+        fns,
+        {name: args for name in fns},
+        rounds,
+        budget_s=budget_s,
+        skip_failures=skip_failures,
+        calls=calls,
     )
 
 
