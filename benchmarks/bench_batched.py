@@ -257,23 +257,10 @@ def interleaved_minimum(
     return best
 
 
-def minimum_times(
-    fns: dict,
-    args: tuple,
-    rounds: int,
-    budget_s: float = 20.0,
-    skip_failures: bool = False,
-    calls: int = 1,
-) -> dict:
-    """`interleaved_minimum` with the same arguments `args` for every contender."""
-    return interleaved_minimum(
-        fns,
-        {name: args for name in fns},
-        rounds,
-        budget_s=budget_s,
-        skip_failures=skip_failures,
-        calls=calls,
-    )
+def minimum_times(fns: dict, args: tuple, rounds: int, budget_s: float = 20.0, **options) -> dict:
+    """`interleaved_minimum` with the same arguments `args` for every contender (`options`:
+    its `skip_failures` and `calls`)."""
+    return interleaved_minimum(fns, {n: args for n in fns}, rounds, budget_s=budget_s, **options)
 
 
 def check_agreement(reference, other, K) -> float:
