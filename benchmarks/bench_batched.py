@@ -16,9 +16,8 @@ points, and a tanh MLP along a direction. Every contender computes the same outp
 Steady state is the minimum over interleaved rounds (every contender in turn, each
 timed sample right after an untimed call of its own; below `STEADY_POINTS` a sample is
 the mean of back-to-back calls, `calls_at`), so a machine that gets slower mid-run slows
-all contenders alike. First
-calls run in a fresh process each (trace + compile + run). Writes
-``benchmarks/results/batched.{md,json}``.
+all contenders alike. First calls run in a fresh process each (trace + compile + run).
+Writes ``benchmarks/results/batched.{md,json}``.
 
     python benchmarks/bench_batched.py                 # the full suite (make bench)
     python benchmarks/bench_batched.py --quick         # a smaller grid

@@ -182,6 +182,19 @@ def test_laplacian_applies_its_factor_inside_the_pass():
     assert 0.5 not in literals and 2.0 not in literals
 
 
+def _many_directions_network(d: int):
+    """`f(x, w1) = tanh(sin(x) w1) w2` on `d` inputs, a point `x`, the weights `w1`, and
+    the generator that drew them (for further draws)."""
+    rng = np.random.default_rng(d)
+    w1 = jnp.asarray(rng.normal(size=(d, 6)) / np.sqrt(d))
+    w2 = jnp.asarray(rng.normal(size=(6,)))
+
+    def f(x, w1):
+        return jnp.tanh(jnp.sin(x) @ w1) @ w2
+
+    return f, jnp.asarray(rng.normal(size=d)), w1, rng
+
+
 @cpu_backend_only
 @pytest.mark.parametrize(
     "d, max_unrolled, passes, loop",
@@ -195,14 +208,7 @@ def test_many_directions_run_in_blocks(d, max_unrolled, passes, loop, monkeypatc
     assert d >= _operators.BLOCKED_MIN_DIRECTIONS
     if max_unrolled is not None:
         monkeypatch.setattr(_operators, "UNROLLED_MAX_BLOCKS", max_unrolled)
-    rng = np.random.default_rng(d)
-    w1 = jnp.asarray(rng.normal(size=(d, 6)) / np.sqrt(d))
-    w2 = jnp.asarray(rng.normal(size=(6,)))
-
-    def f(x, w1):
-        return jnp.tanh(jnp.sin(x) @ w1) @ w2
-
-    x = jnp.asarray(rng.normal(size=d))
+    f, x, w1, rng = _many_directions_network(d)
     h = jax.hessian(f)(x, w1)
     _close(jax.jit(taylax.laplacian(f))(x, w1), jnp.trace(h))
     a = jnp.asarray(rng.normal(size=(d, d)))
@@ -219,15 +225,11 @@ def test_many_directions_run_in_blocks(d, max_unrolled, passes, loop, monkeypatc
 def test_other_backends_take_all_directions_in_one_pass(monkeypatch):
     # Blocks of directions are taken on the CPU backend only (on an H200 they gained
     # nothing): elsewhere one summed pass, with the same Laplacian.
-    d = _operators.BLOCKED_MIN_DIRECTIONS
-    rng = np.random.default_rng(d)
-    w1 = jnp.asarray(rng.normal(size=(d, 6)) / np.sqrt(d))
-    w2 = jnp.asarray(rng.normal(size=(6,)))
+    net, x, w1, _ = _many_directions_network(_operators.BLOCKED_MIN_DIRECTIONS)
 
     def f(x):
-        return jnp.tanh(jnp.sin(x) @ w1) @ w2
+        return net(x, w1)
 
-    x = jnp.asarray(rng.normal(size=d))
     blocked = [e.primitive.name for e in jax.make_jaxpr(taylax.laplacian(f))(x).eqns]
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     names = [e.primitive.name for e in jax.make_jaxpr(taylax.laplacian(f))(x).eqns]

@@ -20,6 +20,7 @@ import taylax
 from reference import (
     all_equations,
     assert_series_close,
+    cpu_backend_only,
     nested_jvp_derivatives,
     set_row_dot_bound,
     xla_cpu_only,
@@ -200,7 +201,7 @@ def test_products_and_divisions_in_rows_match_mpmath(order, x0):
     assert shifted_sums(read_twice)
 
 
-@xla_cpu_only
+@cpu_backend_only
 @pytest.mark.parametrize("order", [12, ks.ROWS_MAX_ORDER])
 def test_products_past_the_unrolled_orders_are_shifted_sums_off_xla_cpu(monkeypatch, order):
     # `ks.product_rows_max_order`: row sums up to `ROWS_MAX_ORDER` on XLA:CPU; on other

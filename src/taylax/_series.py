@@ -129,7 +129,7 @@ def computed_once(value: Array, one: Array) -> Array:
     (`taylax._once`: decided when the program is lowered, from the batched shape), and
     so does every value of a pass that compiles into one kernel (`one_kernel_pass`).
     """
-    if _ONE_KERNEL.get():
+    if one_kernel_pass():
         return value
     one = one.astype(jnp.result_type(value))
     out = _once.mark(value, one, kind="once", pass_order=pass_order())
