@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from reference import case_params, check_against_oracle, direction, seeded_rng
+from reference import all_equations, case_params, check_against_oracle, direction, seeded_rng
 
 ORDERS = (1, 6)  # the order-6 result holds orders 0..6; order 1 checks low truncation
 
@@ -27,6 +27,9 @@ X23 = np.array([[-1.3, 0.2, 0.9], [0.4, -0.6, 1.7]])
 # low-degree series are exact both for normalized and for unnormalized coefficients.
 D23 = np.array([[0.5, -1.25, 0.75], [1.5, -0.25, 2.0]])
 DV23 = np.array([[0.25, 0.5, -1.0], [0.75, 1.25, -0.5]])
+
+X_TIES = np.array([[0.5, 0.5, -1.0, 0.5], [1.5, 1.5, 0.25, 1.5], [0.5, 2.0, 2.0, -0.5]])
+X_POOL = np.round(np.sin(np.arange(10 * 11.0)).reshape(10, 11) * 2, 3)
 
 W32 = np.array([[0.3, -1.1], [0.7, 0.2], [-0.5, 0.9]])
 W24 = np.cos(np.arange(3 * 24.0).reshape(3, 24))  # (3, 24)
@@ -263,6 +266,43 @@ CASES = [
         lambda x: lax.reduce_window(jnp.exp(x) - x, jnp.inf, lax.min, (1, 2), (1, 1), "VALID"),
         complex_ok=False,
     ),
+    # Ties (x^3 keeps them, the direction does not): the first maximal element in
+    # row-major window order is chosen, as JAX's jvp on the CPU chooses for these windows.
+    Case(
+        "reduce_window_max_pool_ties",
+        lambda x: jnp.sin(lax.reduce_window(x**3, -jnp.inf, lax.max, (2, 3), (1, 1), "SAME")),
+        x=X_TIES,
+        complex_ok=False,
+    ),
+    Case(
+        "reduce_window_min_pool_ties",
+        lambda x: jnp.sin(lax.reduce_window(x**3, jnp.inf, lax.min, (3, 2), (1, 1), "SAME")),
+        x=X_TIES,
+        complex_ok=False,
+    ),
+    Case(
+        "reduce_window_max_pool_dilated_strided",
+        lambda x: lax.reduce_window(
+            jnp.sin(x) * x,
+            -jnp.inf,
+            lax.max,
+            (2, 3),
+            (2, 2),
+            ((1, 2), (0, 3)),
+            base_dilation=(2, 1),
+            window_dilation=(1, 2),
+        ),
+        x=X_POOL,
+        complex_ok=False,
+    ),
+    Case(
+        "reduce_window_min_pool_large_window",
+        lambda x: jnp.exp(
+            lax.reduce_window(jnp.cos(x) * x, jnp.inf, lax.min, (9, 7), (1, 1), "SAME")
+        ),
+        x=X_POOL,
+        complex_ok=False,
+    ),
 ]
 _BY_NAME = {c.name: c for c in CASES}
 assert len(_BY_NAME) == len(CASES), "duplicate case names"
@@ -287,3 +327,28 @@ def test_structural_rule(name, dtype):
     case = _BY_NAME[name]
     x, v = _inputs(case, dtype)
     check_against_oracle(case.fn, x, v, ORDERS, context=f"{name} [{dtype}]")
+
+
+@pytest.mark.parametrize("op, init", [(lax.max, -np.inf), (lax.min, np.inf)], ids=["max", "min"])
+def test_pooling_chooses_without_select_and_gather_add(op, init):
+    # JAX's select_and_gather_add keeps 32 bits of each float64 off the CPU (it packs value
+    # and tangent into one word); taylax chooses by selects, doubling the block each time:
+    # a window 8x as wide costs 3 more selects per array, not 8x as many.
+    import jax
+
+    import taylax
+
+    def selects(width, through_jvp=False):
+        def pool(x):
+            return lax.reduce_window(x, init, op, (1, width), (1, 1), "SAME")
+
+        def f(x):  # JAX's jvp of the pooling binds select_and_gather_add itself
+            return jax.jvp(pool, (x,), (jnp.sin(x),))[1] if through_jvp else pool(x)
+
+        jaxpr = jax.make_jaxpr(taylax.derivatives(f, 3))(np.ones((2, 80)), np.ones((2, 80)))
+        names = [e.primitive.name for e in all_equations(jaxpr)]
+        assert "select_and_gather_add" not in names
+        return names.count("select_n")
+
+    assert selects(64) - selects(8) == 2 * 3
+    selects(64, through_jvp=True)

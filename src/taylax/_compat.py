@@ -95,18 +95,6 @@ def all_primitives() -> dict[str, Primitive]:
     return found
 
 
-def select_and_gather_add(tangents, operand, select_prim, *window_params):
-    """JAX's own derivative of max/min pooling: the tangent at each window's chosen element.
-
-    `window_params`: window_dimensions, window_strides, padding, base_dilation,
-    window_dilation, as `reduce_window_max` has them.
-    """
-    # Private: JAX exposes no public wrapper for select_and_gather_add.
-    from jax._src.lax.windowed_reductions import _select_and_gather_add
-
-    return _select_and_gather_add(tangents, operand, select_prim, *window_params)
-
-
 # Control flow (used by _rules/_control.py).
 scan_p = jex_prims.scan_p
 while_p = jex_prims.while_p

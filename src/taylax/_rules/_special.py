@@ -217,9 +217,8 @@ def _by_linear_jvp(prim):
 _by_linear_jvp(lax.scatter_max_p)
 _by_linear_jvp(lax.scatter_min_p)
 
-# The windowed pair JAX uses for max pooling: linear in the first operand, the second
-# (the operand that is compared) only chooses.
-deflinear(lax.select_and_gather_add_p, lambda i, x: i == 0)
+# The transpose JAX uses for max pooling: linear in the first operand, the second (the
+# operand that is compared) only chooses (`select_and_gather_add`: `_structural`).
 deflinear(lax.select_and_scatter_add_p, lambda i, x: i == 0)
 
 

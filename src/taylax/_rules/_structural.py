@@ -15,7 +15,7 @@ from jax import lax
 from .. import _compat, _once
 from .._interpret import register_rule
 from .._series import Series, pad_degree, with_primal
-from ._common import defelementwise_linear, deflinear
+from ._common import defelementwise_linear, deflinear, linear_inputs
 
 for _p in (lax.real_p, lax.imag_p, lax.conj_p, lax.complex_p):
     defelementwise_linear(_p)
@@ -121,29 +121,105 @@ def _scatter_mul(order, operand, indices, updates, **params):
 
 @register_rule(lax.reduce_window_max_p)
 def _reduce_window_max(order, x, **params):
-    return _window_chooser(lax.reduce_window_max_p, lax.ge_p, x, params)
+    return _window_chooser(lax.reduce_window_max_p, lax.gt, -jnp.inf, x, params)
 
 
 @register_rule(lax.reduce_window_min_p)
 def _reduce_window_min(order, x, **params):
-    return _window_chooser(lax.reduce_window_min_p, lax.le_p, x, params)
+    return _window_chooser(lax.reduce_window_min_p, lax.lt, jnp.inf, x, params)
 
 
-def _window_chooser(prim, select_prim, x, params):
+def _window_chooser(prim, better, pad_value, x, params):
     y0 = prim.bind(x.primal, **params)
-    gathered = jax.vmap(
-        lambda t: _compat.select_and_gather_add(
-            t,
-            x.primal,
-            select_prim,
-            params["window_dimensions"],
-            params["window_strides"],
-            params["padding"],
-            params["base_dilation"],
-            params["window_dilation"],
+    chosen = _chosen(x.primal, x.coeffs, better, pad_value, y0.shape, params)
+    return Series(with_primal(chosen, y0))
+
+
+# JAX's derivative of max and min pooling (what `jax.jvp` of one binds): linear in the
+# tangents, while the operand only chooses.
+linear_inputs[lax.select_and_gather_add_p] = lambda i, x: i == 0
+
+
+@register_rule(lax.select_and_gather_add_p)
+def _select_and_gather_add(order, tangents, operand, *, select_prim, **params):
+    del order
+    choices = {lax.ge_p: (lax.gt, -jnp.inf), lax.le_p: (lax.lt, jnp.inf)}
+    if select_prim not in choices:
+        raise NotImplementedError(
+            f"taylax supports `select_and_gather_add` with select_prim `ge` or `le` (max or "
+            f"min pooling), not `{select_prim}`."
         )
-    )(x.coeffs)
-    return Series(with_primal(gathered, y0))
+    out = jax.eval_shape(
+        lambda t, x: lax.select_and_gather_add_p.bind(t, x, select_prim=select_prim, **params),
+        tangents.primal,
+        operand.primal,
+    )
+    better, pad_value = choices[select_prim]
+    return Series(_chosen(operand.primal, tangents.coeffs, better, pad_value, out.shape, params))
+
+
+def _chosen(values, coeffs, better, pad_value, out_shape, params):
+    """`coeffs` (a coefficient axis in front of `values`' shape) at the element that each
+    window of `values` chooses: the first maximal (`better = lax.gt`) or minimal
+    (`lax.lt`) one in row-major window order. At ties that is one valid choice among
+    several: XLA leaves the order of a window's reduction open, and JAX's own jvp on the
+    CPU chooses the same element in most windows but not all (a (2, 3) window with
+    strides (2, 3), say).
+
+    Exact on every backend: JAX's own `select_and_gather_add` packs value and tangent into
+    one 64-bit word off the CPU, keeping 32 bits of each float64. The window is separable,
+    so the choice runs axis by axis, last axis first (row-major ties), each by doubling:
+    `O(log w)` selects per axis of window `w`.
+    """
+    if 0 in out_shape:
+        return jnp.zeros((coeffs.shape[0], *out_shape), coeffs.dtype)
+    config = [(lo, hi, b - 1) for (lo, hi), b in zip(params["padding"], params["base_dilation"])]
+    values = lax.pad(values, jnp.asarray(pad_value, values.dtype), config)
+    coeffs = lax.pad(coeffs, jnp.zeros((), coeffs.dtype), [(0, 0, 0)] + config)
+    for axis in reversed(range(values.ndim)):
+        window = (
+            params["window_dimensions"][axis],
+            params["window_dilation"][axis],
+            params["window_strides"][axis],
+        )
+        values, coeffs = _choose_along(values, coeffs, axis, out_shape[axis], window, better)
+    return coeffs
+
+
+def _choose_along(values, coeffs, axis, count, window, better):
+    """The `count` positions `i * stride` along `axis`, each holding the element chosen
+    among `i * stride + j * dilation` for `j < size` (`window = (size, dilation,
+    stride)`): blocks of 1, 2, 4, ... elements, then two overlapping blocks for `size`;
+    the last step is taken at the strided positions only. A later block wins only if
+    `better` strictly, so ties keep the first element."""
+    size, dilation, stride = window
+    steps = []
+    span = 1
+    while 2 * span <= size:
+        steps.append(span * dilation)
+        span *= 2
+    if span < size:
+        steps.append((size - span) * dilation)
+    if not steps:
+        steps_strided = [(0, stride)]
+    else:
+        steps_strided = [(offset, 1) for offset in steps[:-1]] + [(steps[-1], stride)]
+    for n, (offset, step) in enumerate(steps_strided):
+        last = n == len(steps_strided) - 1
+        length = count if last else values.shape[axis] - offset
+
+        def cut(a, start, lead, length=length, step=step):  # `lead`: the coefficient axis
+            limit = start + (length - 1) * step + 1
+            return lax.slice_in_dim(a, start, limit, step, axis=axis + lead)
+
+        if offset == 0:  # a window of one element: only the stride
+            values, coeffs = cut(values, 0, 0), cut(coeffs, 0, 1)
+            continue
+        v1, v2 = cut(values, 0, 0), cut(values, offset, 0)
+        take = better(v2, v1)
+        values = jnp.where(take, v2, v1)
+        coeffs = jnp.where(take[None], cut(coeffs, offset, 1), cut(coeffs, 0, 1))
+    return values, coeffs
 
 
 defelementwise_linear(_compat.add_any_p)
