@@ -84,14 +84,30 @@ FUNCTIONS = {
 }
 
 
-def assert_matches_where_representable(got, want, dtype, growth, context=""):
+def excess_primal_ulps(f, x0, want0, dtype) -> float:
+    """How many ulps past correct rounding the backend's own `f(x0)` is off.
+
+    Every coefficient starts from the primal and keeps its relative error, so the
+    tolerances count what taylax adds on top of it. Most functions here are within an
+    ulp on XLA:CPU (0 extra); float32 lgamma at 3 is off by 2.9 ulps there and by 14 on
+    an H200.
+    """
+    got = float(np.asarray(f(jnp.asarray(x0, dtype))).astype(np.float64))
+    eps = float(jnp.finfo(dtype).eps)
+    return max(0.0, abs(got - float(want0)) / (eps * abs(float(want0))) - 1.0)
+
+
+def assert_matches_where_representable(
+    got, want, dtype, growth, context="", extra_ulps=0.0, first_order=0
+):
+    """`got[i]` against `want[i]`, the coefficient of order `first_order + i`."""
     info = jnp.finfo(dtype)
     eps, tiny, big = float(info.eps), float(info.tiny), float(info.max)
     if isinstance(got, list):
         got = np.array([float(np.asarray(g).astype(np.float64)) for g in got])
     got = np.asarray(got).astype(np.float64)
     want = [float(w) for w in want]
-    for k, (g, w) in enumerate(zip(got, want)):
+    for k, (g, w) in enumerate(zip(got, want), start=first_order):
         where = f"{context} order {k}: got {g!r}, want {w!r}"
         if abs(w) > big:
             assert not np.isfinite(g), where  # not representable: inf or nan
@@ -99,9 +115,10 @@ def assert_matches_where_representable(got, want, dtype, growth, context=""):
         if abs(w) < tiny:
             assert abs(g) <= 4 * tiny, where  # underflows as any float operation does
             continue
-        neighbours = [abs(want[j]) for j in (k - 1, k + 1) if 0 <= j < len(want)]
+        i = k - first_order
+        neighbours = [abs(want[j]) for j in (i - 1, i + 1) if 0 <= j < len(want)]
         scale = max(abs(w), math.sqrt(math.prod(neighbours)) if len(neighbours) == 2 else 0.0)
-        assert abs(g - w) <= growth * (k + 1) * eps * min(scale, big), where
+        assert abs(g - w) <= (growth * (k + 1) + extra_ulps) * eps * min(scale, big), where
 
 
 @pytest.mark.parametrize("name", list(FUNCTIONS))
@@ -110,7 +127,8 @@ def test_float32_every_order_up_to_100(name):
     want = exact_derivatives(name, float(np.float32(x0)), 100)
     got = taylax.derivatives(f, 100)(jnp.float32(x0))
     assert got.dtype == jnp.float32
-    assert_matches_where_representable(got, want, jnp.float32, growth, name)
+    extra = excess_primal_ulps(f, x0, want[0], jnp.float32)
+    assert_matches_where_representable(got, want, jnp.float32, growth, name, extra)
 
 
 @pytest.mark.parametrize("name", ["exp", "sin", "exp(0.1x)", "sqrt", "lgamma", "tanh"])
@@ -195,7 +213,12 @@ def test_float32_taylor_coefficients_past_order_34(fn, exact):
     # Normalized coefficients f^(k)/k! (powers of 1/0.7): used to be nan from k! overflowing.
     want = exact(mpmath.mpf(float(np.float32(0.7))), 40)
     _, got = taylax.taylor(fn, 40)(jnp.float32(0.7), jnp.float32(1.0))
-    assert_matches_where_representable(got[29:], want[30:], jnp.float32, 4, "taylor")
+    extra = excess_primal_ulps(fn, 0.7, want[0], jnp.float32)
+    # The module's tolerance at the coefficients' own orders 30..40. XLA:CPU lands within
+    # 4 ulps of every one; an H200 puts rsqrt's coefficient 30 at 4.1.
+    assert_matches_where_representable(
+        got[29:], want[30:], jnp.float32, 4, "taylor", extra, first_order=30
+    )
 
 
 def test_jet_and_other_directions_at_high_order():

@@ -190,7 +190,7 @@ def test_products_and_divisions_in_rows_match_mpmath(order, x0):
     )
 
     if order > ks.product_rows_max_order():
-        return  # products past order 8 are shifted sums off XLA:CPU (tested below)
+        return  # products past order 4 are shifted sums off XLA:CPU (tested below)
 
     def shifted_sums(f):  # the (2K+1)-row pad of a shifted sum's operand
         jaxpr = jax.make_jaxpr(taylax.derivatives(f, order))(0.3)
@@ -202,11 +202,12 @@ def test_products_and_divisions_in_rows_match_mpmath(order, x0):
 
 
 @cpu_backend_only
-@pytest.mark.parametrize("order", [12, ks.ROWS_MAX_ORDER])
+@pytest.mark.parametrize("order", [6, 8, 12, ks.ROWS_MAX_ORDER])
 def test_products_past_the_unrolled_orders_are_shifted_sums_off_xla_cpu(monkeypatch, order):
     # `ks.product_rows_max_order`: row sums up to `ROWS_MAX_ORDER` on XLA:CPU; on other
-    # backends (measured on an H200) one shifted sum past `UNROLL_MAX_ORDER`, and the
-    # division no longer asks its numerator for rows. The coefficients do not change.
+    # backends (measured on an H200) one shifted sum past `OFF_CPU_PRODUCT_ROWS_MAX_ORDER`,
+    # and the division no longer asks its numerator for rows. The coefficients do not
+    # change.
     def f(t):
         return jnp.exp(-(t**2) / 2) * jnp.cos(3 * t) / (1 + t**2)
 
@@ -219,7 +220,7 @@ def test_products_past_the_unrolled_orders_are_shifted_sums_off_xla_cpu(monkeypa
     assert ks.product_rows_max_order() == ks.ROWS_MAX_ORDER
     assert not shifted_sums()
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    assert ks.product_rows_max_order() == ks.UNROLL_MAX_ORDER
+    assert ks.product_rows_max_order() == ks.OFF_CPU_PRODUCT_ROWS_MAX_ORDER
     assert shifted_sums()
 
     def exact(t):

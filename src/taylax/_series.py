@@ -433,7 +433,7 @@ def toeplitz(b: Array, rows: int, cols: int) -> Array:
 def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
     """Elementwise product of two stacked series, truncated at `order`.
 
-    `c_k = sum_{i} a_i b_{k-i}`. Up to degree `UNROLL_MAX_ORDER`, one sum of row
+    `c_k = sum_{i} a_i b_{k-i}`. Up to degree `product_rows_max_order(...)`, one sum of row
     products per coefficient, stacked: XLA fuses the rows with their producers into the
     kernel that writes `c`. Above it, a shifted sum `c = sum_i a_i * (s^i b)`, one
     broadcast product of a slice and a pad per coefficient of the lower-degree factor,
@@ -442,8 +442,8 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
     linearly in the lower degree above the unrolled range (a few equations per
     coefficient).
 
-    Up to `product_rows_max_order()` the row sums are kept for a product read one row at
-    a time (`by_rows`) and for two factors with rows of their own (`has_separate_rows`).
+    On XLA:CPU the row sums go on to `ROWS_MAX_ORDER` for a product read one row at a
+    time (`by_rows`) and for two factors with rows of their own (`has_separate_rows`).
     """
     ndim = max(a.ndim, b.ndim) - 1
     a, b = lift(a, ndim), lift(b, ndim)
@@ -460,7 +460,7 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
             return _stack_rows([a0 * r for r in known], shape, jnp.result_type(a, b))
         return pad_degree(a * b, degree) if db > degree else a * b
     separate = has_separate_rows(a) and has_separate_rows(b)
-    if degree <= UNROLL_MAX_ORDER or ((by_rows or separate) and degree <= product_rows_max_order()):
+    if degree <= product_rows_max_order(by_rows or separate):
         # A padded operand under vmap is a (N, 2K+1) array whose pad XLA:CPU fuses with
         # its producer into a slow kernel, and the shifted slices of the coefficient axis
         # are the minor axis. Rows read the operands' coefficients directly. Rows against
@@ -619,19 +619,31 @@ UNROLL_LOW_DEGREE_MAX_ORDER = 32
 ROWS_MAX_ORDER = 16
 
 
-def product_rows_max_order() -> int:
-    """Up to which order products are row sums when read row by row or when both factors
-    have rows of their own (`cauchy`): `ROWS_MAX_ORDER` on XLA:CPU, `UNROLL_MAX_ORDER`
-    on other backends.
+# Off XLA:CPU, products past this order are shifted sums, whoever reads them.
+OFF_CPU_PRODUCT_ROWS_MAX_ORDER = 4
 
-    On an H200 (jax 0.11.2, `jax.jit(jax.vmap(taylax.derivatives(f, K)))` over 1,048,576
-    points, float64, one process per setting) the shifted sum past order 8 ran the three
-    chains of `benchmarks/bench_batched.py` 1.3-2.3x faster at orders 12 and 16 than row
-    sums: `0.3 sin(t) t^10` 0.40 against 0.87 ms at 16, the damped wave 0.90 against
-    2.07 ms, the growth chain 1.48 against 1.93 ms. Capping the other uses of rows
-    (closed forms, recurrences, composition) at 8 there gained less or lost.
+
+def product_rows_max_order(read_by_rows: bool = True) -> int:
+    """Up to which order a product is a sum of row products (`cauchy`).
+
+    On XLA:CPU `ROWS_MAX_ORDER` for a product read row by row or whose two factors have
+    rows of their own (`read_by_rows`), `UNROLL_MAX_ORDER` for the others. On other
+    backends `OFF_CPU_PRODUCT_ROWS_MAX_ORDER` for every product.
+
+    Measured on an H200 (jax 0.11.2, `jax.jit(jax.vmap(taylax.derivatives(f, K)))` over
+    1,048,576 points, float64, the three chains of `benchmarks/bench_batched.py`):
+    - past order 8, shifted sums against row sums (one process per setting) at orders 12
+      and 16 ran 1.3-2.3x faster: `0.3 sin(t) t^10` 0.40 against 0.87 ms at 16, the
+      damped wave 0.90 against 2.07 ms, the growth chain 1.48 against 1.93 ms;
+    - past order 4, against past order 8 (one process, 20 calls back to back per
+      sample) at order 8: 0.114 against 0.184 ms, 0.314 against 0.337 ms, 0.301
+      against 0.335 ms; the tanh MLP (width 128, batch 2048) 0.182 ms both.
+    Capping the other uses of rows (closed forms, recurrences, composition) at 8 there
+    gained less or lost; at 4, the MLP's tanh recurrence ran 250x slower at order 8.
     """
-    return ROWS_MAX_ORDER if jax.default_backend() == "cpu" else UNROLL_MAX_ORDER
+    if jax.default_backend() != "cpu":
+        return OFF_CPU_PRODUCT_ROWS_MAX_ORDER
+    return ROWS_MAX_ORDER if read_by_rows else UNROLL_MAX_ORDER
 
 
 def unrolled(order: int, degree: int | None = None, separate_rows: bool = False) -> bool:
