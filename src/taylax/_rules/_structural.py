@@ -193,33 +193,28 @@ def _choose_along(values, coeffs, axis, count, window, better):
     the last step is taken at the strided positions only. A later block wins only if
     `better` strictly, so ties keep the first element."""
     size, dilation, stride = window
-    steps = []
+    offsets = []  # where each step's later block starts
     span = 1
     while 2 * span <= size:
-        steps.append(span * dilation)
+        offsets.append(span * dilation)
         span *= 2
     if span < size:
-        steps.append((size - span) * dilation)
-    if not steps:
-        steps_strided = [(0, stride)]
-    else:
-        steps_strided = [(offset, 1) for offset in steps[:-1]] + [(steps[-1], stride)]
-    for n, (offset, step) in enumerate(steps_strided):
-        last = n == len(steps_strided) - 1
-        length = count if last else values.shape[axis] - offset
-
-        def cut(a, start, lead, length=length, step=step):  # `lead`: the coefficient axis
-            limit = start + (length - 1) * step + 1
-            return lax.slice_in_dim(a, start, limit, step, axis=axis + lead)
-
-        if offset == 0:  # a window of one element: only the stride
-            values, coeffs = cut(values, 0, 0), cut(coeffs, 0, 1)
-            continue
-        v1, v2 = cut(values, 0, 0), cut(values, offset, 0)
+        offsets.append((size - span) * dilation)
+    if not offsets:  # one element along this axis: only the stride
+        return _cut(values, axis, 0, count, stride), _cut(coeffs, axis + 1, 0, count, stride)
+    for n, offset in enumerate(offsets):
+        last = n == len(offsets) - 1
+        length, step = (count, stride) if last else (values.shape[axis] - offset, 1)
+        v1, v2 = (_cut(values, axis, start, length, step) for start in (0, offset))
+        c1, c2 = (_cut(coeffs, axis + 1, start, length, step) for start in (0, offset))
         take = better(v2, v1)
-        values = jnp.where(take, v2, v1)
-        coeffs = jnp.where(take[None], cut(coeffs, offset, 1), cut(coeffs, 0, 1))
+        values, coeffs = jnp.where(take, v2, v1), jnp.where(take[None], c2, c1)
     return values, coeffs
+
+
+def _cut(a, axis, start, length, step):
+    """`length` elements of `a` along `axis` from `start`, `step` apart."""
+    return lax.slice_in_dim(a, start, start + (length - 1) * step + 1, step, axis=axis)
 
 
 defelementwise_linear(_compat.add_any_p)
