@@ -336,7 +336,7 @@ def set_row_dot_bound(monkeypatch, nbytes: int) -> None:
 xla_cpu_only = pytest.mark.skipif(
     jax.default_backend() != "cpu", reason="pins XLA:CPU's kernel count"
 )
-# Chunks of points, blocks of directions and row-sum products past order 8 are taken on
+# Chunks of points, blocks of directions and row-sum products past order 4 are taken on
 # the CPU backend only (`taylax._chunks`, `taylax._operators`,
 # `taylax._series.product_rows_max_order`): tests that pin them run there.
 cpu_backend_only = pytest.mark.skipif(

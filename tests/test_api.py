@@ -402,7 +402,7 @@ def test_a_division_reads_its_numerator_row_by_row(use, order, expected):
         order,
         0.3,
     )
-    # Off XLA:CPU products past `UNROLL_MAX_ORDER` are shifted sums, read whole.
+    # Off XLA:CPU products past `OFF_CPU_PRODUCT_ROWS_MAX_ORDER` are shifted sums, read whole.
     assert seen == [expected and order <= ks.product_rows_max_order()]
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
 
+import taylax
 from reference import all_equations, case_params, check_against_oracle, direction, seeded_rng
 
 ORDERS = (1, 6)  # the order-6 result holds orders 0..6; order 1 checks low truncation
@@ -334,10 +336,6 @@ def test_pooling_chooses_without_select_and_gather_add(op, init):
     # JAX's select_and_gather_add keeps 32 bits of each float64 off the CPU (it packs value
     # and tangent into one word); taylax chooses by selects, doubling the block each time:
     # a window 8x as wide costs 3 more selects per array, not 8x as many.
-    import jax
-
-    import taylax
-
     def selects(width, through_jvp=False):
         def pool(x):
             return lax.reduce_window(x, init, op, (1, width), (1, 1), "SAME")

@@ -197,10 +197,10 @@ def _div(order, x, y, **params):
 def _div_reads_rows(eqn, operand: int, order: int, others_constant: bool) -> bool:
     """A division reads its numerator one row per coefficient (`ks.divide`) when the
     numerator's rows are buffers of their own and the denominator is of low degree or
-    has such rows too: a product read only here then gives its rows as such
-    (`ks.product_rows_max_order`). Up to `UNROLL_MAX_ORDER` products are rows anyway."""
+    has such rows too: a product read only here then gives its rows as such, at the
+    orders where `ks.product_rows_max_order` keeps rows for such products alone."""
     del eqn, others_constant
-    return operand == 0 and ks.UNROLL_MAX_ORDER < order <= ks.product_rows_max_order()
+    return operand == 0 and ks.product_rows_max_order(False) < order <= ks.product_rows_max_order()
 
 
 row_readers[lax.div_p] = _div_reads_rows

@@ -158,3 +158,24 @@ def chunked(rule):
         return Series(out.reshape((out.shape[0],) + shape))
 
     return wrapped
+
+
+def pad_for_window(x, pad_value, padding, base_dilation, lead: int = 0):
+    """`x` dilated and padded with `pad_value` as `reduce_window` does, behind `lead`
+    axes it leaves alone (a coefficient axis)."""
+    config = [(0, 0, 0)] * lead + [(lo, hi, b - 1) for (lo, hi), b in zip(padding, base_dilation)]
+    return lax.pad(x, jnp.asarray(pad_value, x.dtype), config)
+
+
+def window_output_shape(
+    shape, *, window_dimensions, window_strides, padding, base_dilation, window_dilation
+):
+    """The shape `reduce_window` (and `select_and_gather_add`) give an operand of `shape`."""
+    out = []
+    for d, w, st, (lo, hi), b, wd in zip(
+        shape, window_dimensions, window_strides, padding, base_dilation, window_dilation
+    ):
+        padded = (d - 1) * b + 1 + lo + hi if d else lo + hi
+        extent = (w - 1) * wd + 1
+        out.append(max(0, (padded - extent) // st + 1) if padded >= extent else 0)
+    return tuple(out)

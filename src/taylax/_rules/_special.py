@@ -26,7 +26,14 @@ from .. import _compat, _series as ks
 from .._interpret import eval_jaxpr_series, register_rule
 from .._series import Series
 from ._arithmetic import log_series
-from ._common import chunked, defconstant, deflinear, is_inexact
+from ._common import (
+    chunked,
+    defconstant,
+    deflinear,
+    is_inexact,
+    pad_for_window,
+    window_output_shape,
+)
 from ._transcendental import _integral
 
 
@@ -348,27 +355,13 @@ def _window_slices(
     The operand is dilated and padded with `pad_value` as `reduce_window` does; element
     `i` (row-major over the window) of all windows is one strided slice.
     """
-    config = [(lo, hi, b - 1) for (lo, hi), b in zip(padding, base_dilation)]
-    padded = lax.pad(x, jnp.asarray(pad_value, x.dtype), config)
+    padded = pad_for_window(x, pad_value, padding, base_dilation)
     slices = []
     for offset in np.ndindex(*window_dimensions):
         start = [o * d for o, d in zip(offset, window_dilation)]
         limit = [s + (n - 1) * st + 1 for s, n, st in zip(start, out_shape, window_strides)]
         slices.append(lax.slice(padded, start, limit, window_strides))
     return jnp.stack(slices)
-
-
-def _window_output_shape(
-    shape, *, window_dimensions, window_strides, padding, base_dilation, window_dilation
-):
-    out = []
-    for d, w, st, (lo, hi), b, wd in zip(
-        shape, window_dimensions, window_strides, padding, base_dilation, window_dilation
-    ):
-        padded = (d - 1) * b + 1 + lo + hi if d else lo + hi
-        extent = (w - 1) * wd + 1
-        out.append(max(0, (padded - extent) // st + 1) if padded >= extent else 0)
-    return tuple(out)
 
 
 @register_rule(lax.reduce_window_p)
@@ -384,7 +377,7 @@ def _reduce_window(order, *xs, jaxpr, consts, **window):
     n_ops = len(xs) // 2
     operands, inits = xs[:n_ops], xs[n_ops:]
     _check_constant_inits(inits, "lax.reduce_window")
-    out_shape = _window_output_shape(operands[0].shape, **window)
+    out_shape = window_output_shape(operands[0].shape, **window)
     inexact = [is_inexact(x) for x in operands]
     count = int(np.prod(out_shape, dtype=int))
 

@@ -15,7 +15,13 @@ from jax import lax
 from .. import _compat, _once
 from .._interpret import register_rule
 from .._series import Series, pad_degree, with_primal
-from ._common import defelementwise_linear, deflinear, linear_inputs
+from ._common import (
+    defelementwise_linear,
+    deflinear,
+    linear_inputs,
+    pad_for_window,
+    window_output_shape,
+)
 
 for _p in (lax.real_p, lax.imag_p, lax.conj_p, lax.complex_p):
     defelementwise_linear(_p)
@@ -149,13 +155,9 @@ def _select_and_gather_add(order, tangents, operand, *, select_prim, **params):
             f"taylax supports `select_and_gather_add` with select_prim `ge` or `le` (max or "
             f"min pooling), not `{select_prim}`."
         )
-    out = jax.eval_shape(
-        lambda t, x: lax.select_and_gather_add_p.bind(t, x, select_prim=select_prim, **params),
-        tangents.primal,
-        operand.primal,
-    )
+    out_shape = window_output_shape(operand.shape, **params)
     better, pad_value = choices[select_prim]
-    return Series(_chosen(operand.primal, tangents.coeffs, better, pad_value, out.shape, params))
+    return Series(_chosen(operand.primal, tangents.coeffs, better, pad_value, out_shape, params))
 
 
 def _chosen(values, coeffs, better, pad_value, out_shape, params):
@@ -173,9 +175,9 @@ def _chosen(values, coeffs, better, pad_value, out_shape, params):
     """
     if 0 in out_shape:
         return jnp.zeros((coeffs.shape[0], *out_shape), coeffs.dtype)
-    config = [(lo, hi, b - 1) for (lo, hi), b in zip(params["padding"], params["base_dilation"])]
-    values = lax.pad(values, jnp.asarray(pad_value, values.dtype), config)
-    coeffs = lax.pad(coeffs, jnp.zeros((), coeffs.dtype), [(0, 0, 0)] + config)
+    padding, dilation = params["padding"], params["base_dilation"]
+    values = pad_for_window(values, pad_value, padding, dilation)
+    coeffs = pad_for_window(coeffs, 0, padding, dilation, lead=1)
     for axis in reversed(range(values.ndim)):
         window = (
             params["window_dimensions"][axis],
