@@ -30,6 +30,7 @@ from reference import (
     oracle,
     xla_cpu_only,
 )
+from taylax._derivative import emitted_jaxpr
 
 BASE_ORDERS = (0, 1, 2, 6)
 HIGH_ORDER = 10
@@ -50,6 +51,29 @@ C3 = (0.3 + 0.4j, -0.7 + 0.2j, 1.1 - 0.5j)
 POS = (0.4, 1.3, 2.7)
 ANY = (-1.3, 0.2, 0.9)
 UNIT = (-0.7, 0.1, 0.6)
+
+
+@jax.custom_jvp
+def _tanh_reading_its_output(x):
+    return jnp.tanh(x)
+
+
+# The rule's tangent reads the rule's own primal output, which then needs its series.
+_tanh_reading_its_output.defjvp(
+    lambda p, t: ((y := _tanh_reading_its_output(p[0])), (1 - y * y) * t[0])
+)
+
+
+@jax.custom_jvp
+def _sin_with_effect(x):
+    return jnp.sin(x)
+
+
+@_sin_with_effect.defjvp
+def _sin_with_effect_jvp(p, t):
+    # An effect in the rule: the rule is followed whole, so that it happens once.
+    jax.debug.callback(lambda: None)
+    return jnp.sin(p[0]), jnp.cos(p[0]) * t[0]
 
 
 def _sg_mix(x):
@@ -202,6 +226,8 @@ CASES = [
     Case("softplus_at_0", jax.nn.softplus, (0.0,)),
     Case("logaddexp_tie", lambda x: jnp.logaddexp(x, jnp.sin(x)), (0.0, 0.5)),
     Case("silu", jax.nn.silu, (-2.0, 0.3, 4.0)),
+    Case("custom_jvp_reads_output", _tanh_reading_its_output, ANY),
+    Case("custom_jvp_with_effect", _sin_with_effect, ANY),
     Case("log_softmax", jax.nn.log_softmax, (-0.4, 0.3, 1.1), per_point=False),
     Case("softmax", jax.nn.softmax, (-0.4, 0.3, 1.1), per_point=False),
     Case("logsumexp", jax.nn.logsumexp, (-0.4, 0.3, 1.1), per_point=False),
@@ -376,3 +402,17 @@ def test_closed_form_stack_past_eight_rows_matches_the_derivatives(name, order):
         got = np.asarray(jax.jit(jax.vmap(taylax.derivatives(fn, order)))(jnp.asarray(t)))
         want = np.stack([derivative(t, k) for k in range(order + 1)], axis=1)
         np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
+
+
+def test_relu_keeps_the_degree_of_its_input():
+    # relu's rule is a select of x': its series has the degree of x (1 here) and the rows
+    # past it stay known zeros, so the next matmul takes two rows, not K + 1 (it took 7).
+    # Large enough for dots (small products are elementwise products and sums).
+    w1, w2 = jnp.full((64, 64), 0.1), jnp.full((64, 32), 0.1)
+    f = lambda x: jax.nn.relu(x @ w1) @ w2  # noqa: E731
+    x, v = jnp.linspace(-1.0, 1.0, 1024).reshape(16, 64), jnp.ones((16, 64))
+    jaxpr = emitted_jaxpr(taylax.derivatives(f, 6), x, v)
+    dots = [e for e in all_equations(jaxpr) if e.primitive is lax.dot_general_p]
+    assert [e.invars[0].aval.shape for e in dots] == [(2, 16, 64), (2, 16, 64)]
+    check_against_oracle(f, x, v, BASE_ORDERS, per_point=False)
+
