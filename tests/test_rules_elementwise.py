@@ -416,3 +416,18 @@ def test_relu_keeps_the_degree_of_its_input():
     assert [e.invars[0].aval.shape for e in dots] == [(2, 16, 64), (2, 16, 64)]
     check_against_oracle(f, x, v, BASE_ORDERS, per_point=False)
 
+
+@xla_cpu_only
+@pytest.mark.parametrize(
+    "name,fn,kernels",
+    [
+        # logistic's Riccati recurrence: one kernel (through (1 + tanh(x / 2)) / 2, six).
+        ("silu", jax.nn.silu, 1),
+    ],
+)
+def test_activation_along_a_direction_argument_fuses(name, fn, kernels):
+    # With the direction an argument, closed forms along the line are products of rows
+    # (`ks.along_line`), not a stacked product that XLA materializes and slices.
+    points = jax.ShapeDtypeStruct((65536,), jnp.float64)
+    order2 = taylax.derivatives(fn, 2)
+    assert entry_kernels(lambda x, v: order2(x, v), points, points) == kernels

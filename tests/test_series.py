@@ -256,6 +256,21 @@ def test_saturated_tanh_keeps_its_digits(x0, order, monkeypatch):
     )
 
 
+@pytest.mark.parametrize("x0", [40.0, -40.0, -100.0, 0.3])
+@pytest.mark.parametrize("order", [1, 3, 8])
+def test_saturated_logistic_keeps_its_digits(x0, order):
+    # logistic' = y (1 - y) is 0 in float64 where y nears 1; s (1 - s) with
+    # s = logistic(-|x|) keeps every digit on both sides (the Riccati recurrence).
+    assert_matches_mpmath(jax.nn.sigmoid, lambda t: 1 / (1 + mpmath.exp(-t)), x0, order)
+    if abs(x0) < 50:  # past it, rounding t + sin t alone moves e^-|t| by more than 1e-14
+        assert_matches_mpmath(
+            lambda t: jax.nn.sigmoid(t + jnp.sin(t)),
+            lambda t: 1 / (1 + mpmath.exp(-(t + mpmath.sin(t)))),
+            x0,
+            order,
+        )
+
+
 # Full-degree inputs (a function of sin t) run their recurrences above the unrolled orders
 # by blocks of `ks.RECURRENCE_BLOCK` rows: division, powers, exp and tanh (exp and a
 # division there). Order 33 ends inside a block of 4, orders 12 and 40 on a boundary.

@@ -1123,11 +1123,35 @@ def sech_squared(x0: Array) -> Array:
     return 4 * e / lax.square(1 + e)
 
 
+def logistic_slope(x0: Array) -> Array:
+    """`logistic'(x0) = s (1 - s)` with `s = logistic(-|x0|)`, accurate at every `x0`.
+
+    `y0 (1 - y0)` loses its digits where `y0` nears 1; `s <= 1/2` keeps them in `1 - s`,
+    and `logistic(x) logistic(-x)` is even in `x`.
+    """
+    s = lax.logistic(-lax.abs(x0))
+    return s * (1 - s)
+
+
+def logistic(x: Array, y0: Array, order: int, rows_once: bool = True) -> Array:
+    """`logistic(x)` from its Riccati equation `y' = z x'`, `z = y - y^2` (unrolled
+    orders only: `_riccati`), `z_0` from `logistic_slope` (`rows_once`: see `_riccati`)."""
+    return _riccati(x, y0, logistic_slope, 1.0, order, rows_once)
+
+
 def _tanh_riccati(x: Array, y0: Array, order: int, rows_once: bool = True) -> Array:
-    """`k y_k = sum_{j=1..k} j x_j z_{k-j}`, `z_m = -sum_{i<=m} y_i y_{m-i}` for m >= 1.
+    """`tanh(x)` from its Riccati equation `y' = z x'`, `z = 1 - y^2` (`_riccati`).
 
     `z_0 = 1 - y_0^2` loses all its digits where tanh saturates; `1 / cosh(x_0)^2` keeps
     them (it underflows to 0 only where every coefficient past 0 does).
+    """
+    return _riccati(x, y0, sech_squared, 0.0, order, rows_once)
+
+
+def _riccati(x: Array, y0, slope, linear: float, order: int, rows_once: bool) -> Array:
+    """`y` with `y' = z x'` and `z = c + linear y - y^2` (`c` a constant), from `y_0` and
+    `z_0 = slope(x_0)`: `k y_k = sum_{j=1..k} j x_j z_{k-j}`, and for m >= 1
+    `z_m = linear y_m - sum_{i<=m} y_i y_{m-i}`.
 
     `rows_once=False` leaves the rows past 0 unmarked, for readers that take each row
     as its own buffer (a matmul per row): XLA then fuses each row's few products with
@@ -1140,7 +1164,7 @@ def _tanh_riccati(x: Array, y0: Array, order: int, rows_once: bool = True) -> Ar
     one = opaque_one(xs[0])
     # y_0 too: every later row reads it, and XLA would recompute tanh in each of them.
     ys = [computed_once(jnp.asarray(y0, dtype), one)]
-    zs = [computed_once(sech_squared(xs[0]), one)]
+    zs = [computed_once(slope(xs[0]), one)]
     for k in range(1, order + 1):
         acc = _dot_rows((jx[j], zs[k - j]) for j in range(1, k + 1))
         if acc is None:
@@ -1151,7 +1175,8 @@ def _tanh_riccati(x: Array, y0: Array, order: int, rows_once: bool = True) -> Ar
             square = _dot_rows((ys[i], ys[k - i]) for i in range(1, (k + 1) // 2))
             square = 2 * square if square is not None else None
             middle = ys[k // 2] * ys[k // 2] if k % 2 == 0 else None
-            total = 2 * ys[0] * ys[k]
+            # (linear - 2 y_0) y_k: one product, as `2 y_0 y_k` alone was for tanh.
+            total = (2 * ys[0] - linear) * ys[k] if linear else 2 * ys[0] * ys[k]
             for part in (square, middle):
                 total = total if part is None else total + part
             # Not computed once: a few products that XLA fuses into the next row. As
