@@ -255,6 +255,22 @@ def test_pmax_pmin_follow_the_winning_device(check_vma):
         assert_series_close(jax.tree.map(np.asarray, actual), truncated, context=f"order {order}")
 
 
+def test_collective_of_a_value_computed_once_inside_the_body():
+    # sin's primal inside the body is computed once (a mark): the mark keeps the mesh axes
+    # the shard varies over, so pmax's rule counts the devices at the maximum (it failed:
+    # "psum is a variant->invariant collective").
+    mesh = _mesh("auto")
+    f = jax.shard_map(
+        lambda x: lax.pmax(jnp.sin(x * x), "b"), mesh=mesh, in_specs=P("b"), out_specs=P()
+    )
+    x = seeded_rng("pmax_once").uniform(-1.0, 1.0, size=(16,))
+    v = direction("pmax_once", (16,), np.float64)
+    reference = lambda x: jnp.max(jnp.sin(x * x).reshape(N, -1), 0)  # noqa: E731
+    expected = np.asarray(_nested_jvp(reference, ORDER)(x, v))
+    actual = jax.jit(taylax.derivatives(f, ORDER))(_sharded(mesh, x), _sharded(mesh, v))
+    assert_series_close(np.asarray(actual), expected)
+
+
 # --------------------------------------------------------------------------------------------
 # ragged_all_to_all. XLA:CPU has no kernel for it ("HLO opcode `ragged-all-to-all` is not
 # supported by XLA:CPU ThunkEmitter") and JAX's vmap cannot run it over a named axis, so on a

@@ -89,8 +89,10 @@ def _lower(ctx, value, one, *, kind, pass_order):
 
 
 def _abstract_eval(value, one, *, kind, pass_order):
+    # The value's own type (its sharding, and the mesh axes it varies over inside
+    # `shard_map`: a rebuilt type dropped them, and a collective then rejected the value).
     del one, kind, pass_order
-    return _compat.shaped_array(value.shape, value.dtype)
+    return value.update(weak_type=False)
 
 
 def _impl(value, one, *, kind, pass_order):
