@@ -423,6 +423,8 @@ def test_relu_keeps_the_degree_of_its_input():
     [
         # logistic's Riccati recurrence: one kernel (through (1 + tanh(x / 2)) / 2, six).
         ("silu", jax.nn.silu, 1),
+        # x^3 along a line times the direction's powers row by row: two kernels (four).
+        ("gelu_tanh", jax.nn.gelu, 2),
     ],
 )
 def test_activation_along_a_direction_argument_fuses(name, fn, kernels):

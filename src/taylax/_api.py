@@ -25,6 +25,7 @@ from ._series import (
     derivative_scale,
     factorials,
     pad_degree,
+    stack_rows,
     times_exact,
     unit_seed,
 )
@@ -153,7 +154,9 @@ def _seeds(primals, directions, order: int, unit: bool = False, scale: float = 1
     series = []
     for p, v in zip(primals, directions):
         v = jnp.asarray(v, p.dtype)
-        series.append(Series(jnp.stack([p, v if scale == 1.0 else v * scale])))
+        # Rows of their own (`known_rows`): a reader takes `x` or `v`, not a slice of the
+        # stack (`x - max(x)` in softmax subtracted from the stacked pair and stacked again).
+        series.append(Series(stack_rows([p, v if scale == 1.0 else v * scale])))
     return series
 
 

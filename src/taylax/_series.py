@@ -1328,7 +1328,14 @@ def along_line(x: Array, taylor_coeffs, order: int) -> Array:
     x1 = lax.index_in_dim(x, 1, keepdims=False)
     shape = jnp.shape(taylor_coeffs)[1:]
     x1 = jnp.broadcast_to(x1, shape).astype(taylor_coeffs.dtype)
-    return taylor_coeffs * powers(x1, degree)
+    x1_powers = powers(x1, degree)
+    d_rows, power_rows = known_rows(taylor_coeffs), known_rows(x1_powers)
+    if d_rows is not None and power_rows is not None:
+        # Row by row: the rows reach their readers as products of a few buffers, not as
+        # a stacked product that XLA materializes (for `x^3` in tanh-approximate gelu).
+        rows = [d * p if k else d for k, (d, p) in enumerate(zip(d_rows, power_rows))]
+        return _stack_rows(rows, shape, taylor_coeffs.dtype)
+    return taylor_coeffs * x1_powers
 
 
 def powers(x: Array, order: int, sign: int = 1) -> Array:

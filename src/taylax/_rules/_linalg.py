@@ -97,7 +97,7 @@ def _row_dots(a: Series, b: Series, degree: int, dimension_numbers, params) -> A
         x = a.coeffs[0] if a.degree == 0 else a.coeffs[k]
         y = b.coeffs[0] if b.degree == 0 else b.coeffs[k]
         rows.append(lax.dot_general(x, y, dimension_numbers, **params))
-    return jnp.stack(rows)
+    return ks.stack_rows(rows)  # rows of their own: readers take them, not slices
 
 
 def _takes_row_dots(shape, dtype, degree: int) -> bool:
