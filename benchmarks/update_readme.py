@@ -153,6 +153,17 @@ def batched_summary(payload: dict) -> str:
     return readme_summary(payload)
 
 
+LAYERS_START, LAYERS_END = "<!-- bench-layers:start -->", "<!-- bench-layers:end -->"
+
+
+def layers_summary(payload: dict) -> str:
+    """Common layers (`benchmarks/bench_layers.py`): the README's table."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_layers import readme_summary
+
+    return readme_summary(payload)
+
+
 OPERATORS_START, OPERATORS_END = "<!-- bench-operators:start -->", "<!-- bench-operators:end -->"
 
 
@@ -191,6 +202,11 @@ def main() -> int:
     if batched.exists() and BATCHED_START in text:
         text = _replace_between(
             text, BATCHED_START, BATCHED_END, batched_summary(json.loads(batched.read_text()))
+        )
+    layers = ROOT / "benchmarks/results/layers.json"
+    if layers.exists() and LAYERS_START in text:
+        text = _replace_between(
+            text, LAYERS_START, LAYERS_END, layers_summary(json.loads(layers.read_text()))
         )
     operators = ROOT / "benchmarks/results/operators.json"
     if operators.exists() and OPERATORS_START in text:
