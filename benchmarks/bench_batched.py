@@ -94,21 +94,26 @@ def jet_chain(f, K):
     return jax.jit(run)
 
 
-def _nested_levels(f, K):
-    """`t -> stack(f, f', ..., f^(K))` by `jax.jvp` nested K times along ones."""
+def nested_levels(f, K, v=None):
+    """`t -> stack(f, f', ..., f^(K))` by `jax.jvp` nested K times along `v` (default:
+    ones like `t`)."""
+
+    def along(t):
+        return jnp.ones_like(t) if v is None else v
+
     levels = [f]
     for _ in range(K):
-        levels.append((lambda g: lambda t: jax.jvp(g, (t,), (jnp.ones_like(t),))[1])(levels[-1]))
+        levels.append((lambda g: lambda t: jax.jvp(g, (t,), (along(t),))[1])(levels[-1]))
     return lambda t: jnp.stack([g(t) for g in levels])
 
 
 def nested_chain(f, K):
-    return jax.jit(_nested_levels(f, K))
+    return jax.jit(nested_levels(f, K))
 
 
 def nested_vmap_chain(f, K):
     """Nested jvp per point, vmapped over the points like taylax's contender."""
-    return jax.jit(jax.vmap(_nested_levels(f, K)))
+    return jax.jit(jax.vmap(nested_levels(f, K)))
 
 
 NESTED = ("nested jvp", "nested jvp (vmap)")
@@ -190,10 +195,7 @@ def mlp_contenders(params, K):
         return jnp.stack([y0, *ys])
 
     def nested_run(x, v):
-        levels = [f]
-        for _ in range(K):
-            levels.append((lambda g: lambda x: jax.jvp(g, (x,), (v,))[1])(levels[-1]))
-        return jnp.stack([g(x) for g in levels])
+        return nested_levels(f, K, v)(x)
 
     return {
         "taylax": jax.jit(taylax_run),

@@ -35,7 +35,7 @@ jax.config.update("jax_enable_x64", True)
 import taylax  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_batched import interleaved_minimum  # noqa: E402
+from bench_batched import interleaved_minimum, nested_levels  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -87,14 +87,6 @@ def _layers() -> dict[str, tuple[str, Callable, tuple[int, ...]]]:
     }
 
 
-def nested_jvp(f, K: int, v):
-    """`x -> stack(f, d/ds f(x + s v), ..., d^K/ds^K)` by `jax.jvp` nested K times."""
-    levels = [f]
-    for _ in range(K):
-        levels.append((lambda g: lambda x: jax.jvp(g, (x,), (v,))[1])(levels[-1]))
-    return lambda x: jnp.stack([g(x) for g in levels])
-
-
 def measure(layers, orders, rounds: int) -> list[dict]:
     rows = []
     table = _layers()
@@ -105,7 +97,7 @@ def measure(layers, orders, rounds: int) -> list[dict]:
         for K in orders:
             fns = {
                 "taylax": jax.jit(lambda x, v, f=f, K=K: taylax.derivatives(f, K)(x, v)),
-                "nested jvp": jax.jit(lambda x, v, f=f, K=K: nested_jvp(f, K, v)(x)),
+                "nested jvp": jax.jit(lambda x, v, f=f, K=K: nested_levels(f, K, v)(x)),
             }
             ours, theirs = (np.asarray(fn(x, v)) for fn in fns.values())
             error = float(np.max(np.abs(ours - theirs)) / (np.max(np.abs(theirs)) + 1e-300))
