@@ -264,20 +264,15 @@ def _others_constant(eqn: _compat.JaxprEqn, operand: int, varying: set) -> bool:
     )
 
 
-def _primal_only_equations(jaxpr: _compat.Jaxpr, primal_outputs: Sequence[bool]) -> set[int]:
+def _primal_only_equations(jaxpr: _compat.Jaxpr) -> set[int]:
     """Indices of the equations whose outputs reach the outputs only through
-    `stop_gradient`, or only the outputs marked in `primal_outputs`, or none at all:
-    only their primals are needed.
+    `stop_gradient` (or not at all): only their primals are needed.
 
     `logsumexp` and `softmax` subtract `stop_gradient(max(x))`: the series of the max
     (its ties counted, its rows chosen) was computed and then dropped, and XLA kept most
     of it (logsumexp at order 1 ran in 10 kernels against nested jvp's 6).
     """
-    needed = {
-        v
-        for v, primal in zip(jaxpr.outvars, primal_outputs, strict=True)
-        if not primal and not isinstance(v, _compat.Literal)
-    }
+    needed = {v for v in jaxpr.outvars if not isinstance(v, _compat.Literal)}
     primal_only = set()
     for i in reversed(range(len(jaxpr.eqns))):
         eqn = jaxpr.eqns[i]
@@ -303,29 +298,20 @@ def eval_jaxpr_series(
     args: Sequence[Series],
     order: int,
     one_kernel: bool | None = None,
-    primal_outputs: Sequence[bool] | None = None,
 ) -> list[Series]:
     """Evaluate `jaxpr` on series inputs, truncating every series at `order`.
 
     `one_kernel`: whether the pass compiles into one kernel (`ks.one_kernel_pass`);
     None keeps the enclosing pass's answer (a sub-jaxpr's pass is part of it).
-    `primal_outputs`: per output, True where only its primal is wanted (its series is
-    then not computed, unless another output needs it).
     """
     if one_kernel is None:
         one_kernel = ks.one_kernel_pass()
-    if primal_outputs is None:
-        primal_outputs = [False] * len(jaxpr.outvars)
     with ks.taylor_pass(order, one_kernel):
-        return _eval_jaxpr_series(jaxpr, consts, args, order, primal_outputs)
+        return _eval_jaxpr_series(jaxpr, consts, args, order)
 
 
 def _eval_jaxpr_series(
-    jaxpr: _compat.Jaxpr,
-    consts: Sequence,
-    args: Sequence[Series],
-    order: int,
-    primal_outputs: Sequence[bool],
+    jaxpr: _compat.Jaxpr, consts: Sequence, args: Sequence[Series], order: int
 ) -> list[Series]:
     env: dict = {}
 
@@ -346,7 +332,7 @@ def _eval_jaxpr_series(
     groups = _shared_call_groups(jaxpr)
     shared_results: dict[int, list[Series]] = {}
     read_by_rows = _row_read_equations(jaxpr, _varying_vars(jaxpr, args), order)
-    primal_only = _primal_only_equations(jaxpr, primal_outputs)
+    primal_only = _primal_only_equations(jaxpr)
 
     for i, eqn in enumerate(jaxpr.eqns):
         if i in shared_results:

@@ -95,6 +95,14 @@ def _tangent_series(x: Series, degree: int) -> Series:
     return Series(derivative_series(x.coeffs)[: degree + 1])
 
 
+def _outputs_only(jaxpr, consts, outvars):
+    """`jaxpr` returning only `outvars`, with the equations they do not need removed."""
+    from .._optimize._dce import dce_jaxpr
+
+    pruned, pruned_consts, _ = dce_jaxpr(jaxpr.replace(outvars=list(outvars)), consts)
+    return pruned, pruned_consts
+
+
 @register_rule(_compat.custom_jvp_call_p)
 def _custom_jvp_call(order, *xs, call_jaxpr, jvp_jaxpr_fun, num_consts, symbolic_zeros):
     """Follow the custom jvp rule, as nested jvp does.
@@ -104,11 +112,12 @@ def _custom_jvp_call(order, *xs, call_jaxpr, jvp_jaxpr_fun, num_consts, symbolic
     orders. So the series of `y'` is `T` evaluated on the series of `x` and
     `x'` at order `K-1`, and `y` is its integral from `f(x_0)`.
 
-    The rule's primal outputs are needed only at `x_0` (the constant of integration),
-    so their series is not computed unless `T` reads them (`primal_outputs`). Computed
+    The rule's tangent outputs alone are evaluated as series: its primal outputs are
+    needed only at `x_0` (the constant of integration) unless `T` reads them. Evaluated
     at order `K-1` they would call the rule again, one order lower, down to order 0:
     a chain of K passes for a rule such as relu's, whose tangent never reads `relu(x)`
-    (which JAX's tracing of the rule still computes).
+    (which JAX's tracing of the rule still computes). A rule with effects is evaluated
+    whole, so that they happen once.
     """
     del call_jaxpr  # the rule's own primal outputs are what nested jvp returns
     # Some input carries a series, so order >= 1 (order 0 never reaches a rule).
@@ -123,11 +132,16 @@ def _custom_jvp_call(order, *xs, call_jaxpr, jvp_jaxpr_fun, num_consts, symbolic
     primals_in = [x if x.degree <= low else Series(x.coeffs[: low + 1]) for x in args]
     tangents_in = [_tangent_series(x, low) for x, zero in zip(args, zero_tangent) if not zero]
     n_primal = len(out_zeros)
-    primal_outputs = [i < n_primal for i in range(len(jvp_jaxpr.outvars))]
-    outs = eval_jaxpr_series(
-        jvp_jaxpr, jvp_consts, primals_in + tangents_in, low, primal_outputs=primal_outputs
-    )
-    primal_outs, tangents = outs[:n_primal], iter(outs[n_primal:])
+    if jvp_jaxpr.effects:
+        outs = eval_jaxpr_series(jvp_jaxpr, jvp_consts, primals_in + tangents_in, low)
+        primal_outs, tangent_outs = outs[:n_primal], outs[n_primal:]
+    else:
+        at_x0 = [Series.constant(x.primal) for x in primals_in + tangents_in]
+        primal_jaxpr = _outputs_only(jvp_jaxpr, jvp_consts, jvp_jaxpr.outvars[:n_primal])
+        primal_outs = eval_jaxpr_series(*primal_jaxpr, at_x0, low)
+        tangent_jaxpr = _outputs_only(jvp_jaxpr, jvp_consts, jvp_jaxpr.outvars[n_primal:])
+        tangent_outs = eval_jaxpr_series(*tangent_jaxpr, primals_in + tangents_in, low)
+    tangents = iter(tangent_outs)
     result = []
     for y, zero in zip(primal_outs, out_zeros):
         if zero:
