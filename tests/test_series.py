@@ -149,8 +149,10 @@ def test_low_degree_recurrences_match_mpmath(name, order):
         assert_matches_mpmath(*LOW_DEGREE[name], x0, order)
 
 
-def _summed_exps(t):  # a sum over an array: a stacked series, not rows of its own
-    return jnp.sum(jnp.exp(t * jnp.asarray([0.5, -0.25])))
+def _summed_exps(t):
+    # A sum by a small dot: a stacked series, not rows of its own (`jnp.sum` of the
+    # exponentials' known rows sums each row, and its rows are known too).
+    return jnp.exp(t * jnp.asarray([0.5, -0.25])) @ jnp.ones(2)
 
 
 def _summed_exps_mp(t):

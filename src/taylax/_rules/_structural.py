@@ -13,8 +13,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from .. import _compat, _once
-from .._interpret import register_rule
-from .._series import Series, pad_degree, with_primal
+from .._interpret import register_rule, taylor_rules
+from .._series import Series, known_rows, pad_degree, stack_rows, with_primal
 from ._common import (
     defelementwise_linear,
     deflinear,
@@ -98,6 +98,31 @@ def _reduce_sum(order, x, *, axes, out_sharding):
 def _cumsum(order, x, *, axis, reverse):
     del order
     return Series(lax.cumsum_p.bind(x.coeffs, axis=axis + 1, reverse=reverse))
+
+
+def _keeps_rows(prim) -> None:
+    """Wrap the rule of a primitive linear in its one operand: an operand whose rows are
+    known (`known_rows`) is mapped row by row, and the result's rows are known too.
+
+    Applied to the stack, the primitive reads it whole, so XLA builds the stack, a
+    concatenate that computes each row's producers again for every row (an exponential
+    once per coefficient); row by row, each row's producers fuse into its reader. The
+    sums in `logsumexp` along a direction ran 2.0x and 3.0x nested jvp's time at orders
+    2 and 4 stacked, 1.0x and 1.2x by rows (2048 x 128).
+    """
+    stacked = taylor_rules[prim]
+
+    def rule(order, x, *rest, **params):
+        rows = None if rest or x.is_constant else known_rows(x.coeffs)
+        if rows is None:
+            return stacked(order, x, *rest, **params)
+        return Series(stack_rows([prim.bind(r, **params) for r in rows]))
+
+    register_rule(prim)(rule)
+
+
+for _p in (lax.reduce_sum_p, lax.cumsum_p):
+    _keeps_rows(_p)
 
 
 @register_rule(lax.scatter_mul_p)
