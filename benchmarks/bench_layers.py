@@ -63,6 +63,9 @@ def _layers() -> dict[str, tuple[str, Callable, tuple[int, ...]]]:
         scores = (x @ wq) @ jnp.swapaxes(x @ wk, -1, -2) / 8.0
         return jax.nn.softmax(scores, axis=-1) @ (x @ wv)
 
+    def logsumexp(x):
+        return jax.nn.logsumexp(x, axis=-1)
+
     def layernorm(x):
         centred = x - x.mean(-1, keepdims=True)
         return centred / jnp.sqrt(x.var(-1, keepdims=True) + 1e-5)
@@ -75,7 +78,7 @@ def _layers() -> dict[str, tuple[str, Callable, tuple[int, ...]]]:
         "silu_mlp": ("silu(x W1) W2", mlp(jax.nn.silu), (2048, 128)),
         "gelu_mlp": ("gelu(x W1) W2 (tanh approximation)", mlp(jax.nn.gelu), (2048, 128)),
         "softmax": ("softmax over the last axis, 2048 x 128", jax.nn.softmax, (2048, 128)),
-        "logsumexp": ("logsumexp over the last axis, 2048 x 128", jax.nn.logsumexp, (2048, 128)),
+        "logsumexp": ("logsumexp over the last axis, 2048 x 128", logsumexp, (2048, 128)),
         "layernorm": ("layer normalization, 2048 x 128", layernorm, (2048, 128)),
         "attention": ("softmax attention, 8 x 128 tokens x 64", attention, (8, 128, 64)),
         "conv": (
