@@ -435,6 +435,16 @@ def test_activation_along_a_direction_argument_fuses(name, fn, kernels):
     assert entry_kernels(lambda x, v: order2(x, v), points, points) == kernels
 
 
+@xla_cpu_only
+def test_tanh_along_a_direction_argument_at_order_1_is_one_kernel():
+    # Its closed form along the line as rows `[tanh(x), sech^2(x) v]`: one kernel, as
+    # nested jvp's. As one stacked polynomial (with a select for row 0) XLA wrote tanh
+    # and the slope to buffers of their own first: three kernels.
+    points = jax.ShapeDtypeStruct((65536,), jnp.float64)
+    order1 = taylax.derivatives(jnp.tanh, 1)
+    assert entry_kernels(lambda x, v: order1(x, v), points, points) == 1
+
+
 def test_values_read_only_under_stop_gradient_carry_no_series():
     # softmax and logsumexp subtract stop_gradient(max(x)): the max's series (its ties
     # counted, its rows chosen) was computed and then dropped. Now the program is the one
