@@ -180,3 +180,12 @@ def test_sums_of_known_rows_take_each_row(name, dtype):
         ]
         assert sums and all(e.invars[0].aval.shape == x.shape for e in sums), name
     check_against_oracle(f, x, v, [1, 2, 6], context=f"{name} [{dtype}]")
+
+
+def test_sums_of_the_inputs_stay_stacked():
+    # The input series' rows x and v are buffers already: summing them one by one
+    # recomputes nothing and adds a kernel per row (layer normalization's mean).
+    x = np.asarray(X24)
+    jaxpr = jax.make_jaxpr(taylax.derivatives(lambda x: jnp.sum(x, axis=-1), 2))(x, x)
+    sums = [e for e in all_equations(jaxpr) if e.primitive is lax.reduce_sum_p]
+    assert [e.invars[0].aval.shape for e in sums] == [(2, *x.shape)]

@@ -24,6 +24,7 @@ from ._series import (
     check_order_for_dtype,
     derivative_scale,
     factorials,
+    mark_buffer_rows,
     pad_degree,
     stack_rows,
     times_exact,
@@ -156,7 +157,9 @@ def _seeds(primals, directions, order: int, unit: bool = False, scale: float = 1
         v = jnp.asarray(v, p.dtype)
         # Rows of their own (`known_rows`): a reader takes `x` or `v`, not a slice of the
         # stack (`x - max(x)` in softmax subtracted from the stacked pair and stacked again).
-        series.append(Series(stack_rows([p, v if scale == 1.0 else v * scale])))
+        rows = [p, v] if scale == 1.0 else None
+        stacked = stack_rows(rows or [p, v * scale])
+        series.append(Series(mark_buffer_rows(stacked) if rows else stacked))
     return series
 
 

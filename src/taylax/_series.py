@@ -734,6 +734,22 @@ def leading_rows(c: Array, count: int) -> Array:
     return _stack_rows(known[:count], c.shape[1:], c.dtype)
 
 
+def mark_buffer_rows(c: Array) -> Array:
+    """Record that the known rows of `c` are buffers that exist anyway (a pass's inputs
+    `x` and `v`), not expressions a reader would compute: see `has_buffer_rows`."""
+    _BUFFER_ROWS[id(c)] = c
+    return c
+
+
+def has_buffer_rows(c: Array) -> bool:
+    """Whether `mark_buffer_rows` recorded `c`: a reduction of its rows one by one would
+    only add kernels (each row read once either way, nothing recomputed)."""
+    return _BUFFER_ROWS.get(id(c)) is c
+
+
+_BUFFER_ROWS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
 def known_rows(c: Array) -> list[Array] | None:
     """The rows `c` was stacked from by `_stack_rows` (this very array), or None.
 
