@@ -157,9 +157,11 @@ def _seeds(primals, directions, order: int, unit: bool = False, scale: float = 1
         v = jnp.asarray(v, p.dtype)
         # Rows of their own (`known_rows`): a reader takes `x` or `v`, not a slice of the
         # stack (`x - max(x)` in softmax subtracted from the stacked pair and stacked again).
-        rows = [p, v] if scale == 1.0 else None
-        stacked = stack_rows(rows or [p, v * scale])
-        series.append(Series(mark_buffer_rows(stacked) if rows else stacked))
+        if scale == 1.0:
+            stacked = mark_buffer_rows(stack_rows([p, v]))
+        else:
+            stacked = stack_rows([p, v * scale])
+        series.append(Series(stacked))
     return series
 
 

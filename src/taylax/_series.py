@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import operator
 import weakref
 from collections.abc import Callable, Sequence
 from fractions import Fraction
@@ -467,11 +468,7 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
         # the shifted sum at orders 2-8 (three elementwise chains, N = 4,096 to 1M, one
         # process): 0.57-0.95x; at order 12 0.42-1.1x, at 16 1.0-1.6x, hence the bound.
         shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
-        a_rows, b_rows = _rows(a, degree + 1), _rows(b, degree + 1)
-        rows = [
-            _dot_rows((a_rows[i], b_rows[k - i]) for i in range(k + 1)) for k in range(degree + 1)
-        ]
-        return _stack_rows(rows, shape, jnp.result_type(a, b))
+        return _stack_rows(cauchy_rows(a, b, degree), shape, jnp.result_type(a, b))
     terms = min(da, degree) + 1
     return _shifted_sum(lambda i: lax.index_in_dim(a, i, keepdims=True), terms, b, degree)
 
@@ -673,14 +670,26 @@ def row(c: Array, k: int) -> Array | None:
     return _rows(c, k + 1)[k]
 
 
-def _dot_rows(pairs) -> Array | None:
+def _dot_rows(pairs, op: Callable[[Array, Array], Array] = operator.mul) -> Array | None:
+    """`sum op(u, v)` over the pairs, skipping pairs with a None (a known zero); None if
+    every pair has one."""
     total = None
     for u, v in pairs:
         if u is None or v is None:
             continue
-        term = u * v
+        term = op(u, v)
         total = term if total is None else total + term
     return total
+
+
+def cauchy_rows(a: Array, b: Array, degree: int, op=operator.mul) -> list[Array]:
+    """Rows 0..degree of the Cauchy product of the stacked `a` and `b` under a bilinear
+    `op` (a product by default): `c_k = sum_{i <= k} op(a_i, b_{k-i})`, each from the
+    operands' rows (the known rows where there are: `known_rows`)."""
+    a_rows, b_rows = _rows(a, degree + 1), _rows(b, degree + 1)
+    return [
+        _dot_rows(((a_rows[i], b_rows[k - i]) for i in range(k + 1)), op) for k in range(degree + 1)
+    ]
 
 
 def _derivative_rows(x: Array, dtype, order: int) -> tuple[list, list]:

@@ -89,7 +89,7 @@ def _known_rows(x: Series) -> list | None:
     return [x.primal] if x.is_constant else ks.known_rows(x.coeffs)
 
 
-def _by_rows(row_op, xs) -> Series | None:
+def by_rows(row_op, xs) -> Series | None:
     """`row_op` applied to each row of inputs whose rows are all known, else None.
 
     The result's rows are known too, so a chain of sums and negations of closed forms
@@ -117,7 +117,7 @@ def _keeps_lines(prim, combine, row_op) -> None:
 
     def rule(order, *xs, **params):
         directions = [_direction(x) for x in xs]
-        out = _by_rows(row_op, xs)
+        out = by_rows(row_op, xs)
         if out is None:
             out = _with_separate_rows(linear(order, *xs, **params), xs)
         return _marked(out, None if None in directions else combine(*directions))
@@ -190,7 +190,7 @@ def _div(order, x, y, **params):
     if not y.is_constant:
         return _quotient_chunked(order, x, y)
     direction = _scaled_direction(x, y, lambda d, c: d / c if c else None)
-    out = _by_rows(lambda a, _: ks.shielded(a) / y.primal, (x, y))
+    out = by_rows(lambda a, _: ks.shielded(a) / y.primal, (x, y))
     return _marked(_quotient(order, x, y) if out is None else out, direction)
 
 

@@ -107,18 +107,11 @@ def _row_dots(a: Series, b: Series, degree: int, dimension_numbers, params) -> A
 def _pair_dots(a: Series, b: Series, degree: int, dimension_numbers, params) -> Array:
     """The Cauchy product of two series as one `dot_general` per pair of rows:
     `c_k = sum_{i <= k} dot(a_i, b_{k - i})`."""
-    ra = [ks.row(a.coeffs, i) for i in range(degree + 1)]
-    rb = [ks.row(b.coeffs, i) for i in range(degree + 1)]
-    rows = []
-    for k in range(degree + 1):
-        total = None
-        for i in range(k + 1):
-            if ra[i] is None or rb[k - i] is None:
-                continue
-            term = lax.dot_general(ra[i], rb[k - i], dimension_numbers, **params)
-            total = term if total is None else total + term
-        rows.append(total)
-    return ks.stack_rows(rows)
+
+    def dot(x, y):
+        return lax.dot_general(x, y, dimension_numbers, **params)
+
+    return ks.stack_rows(ks.cauchy_rows(a.coeffs, b.coeffs, degree, dot))
 
 
 def _takes_pair_dots(a: Series, b: Series, degree: int, dimension_numbers) -> bool:

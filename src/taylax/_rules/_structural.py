@@ -14,7 +14,8 @@ from jax import lax
 
 from .. import _compat, _once
 from .._interpret import register_rule, taylor_rules
-from .._series import Series, has_buffer_rows, known_rows, pad_degree, stack_rows, with_primal
+from .._series import Series, has_buffer_rows, pad_degree, with_primal
+from ._arithmetic import by_rows
 from ._common import (
     defelementwise_linear,
     deflinear,
@@ -115,10 +116,10 @@ def _keeps_rows(prim) -> None:
     stacked = taylor_rules[prim]
 
     def rule(order, x, *rest, **params):
-        rows = None if rest or x.is_constant else known_rows(x.coeffs)
-        if rows is None or has_buffer_rows(x.coeffs):
-            return stacked(order, x, *rest, **params)
-        return Series(stack_rows([prim.bind(r, **params) for r in rows]))
+        by_row = None
+        if not rest and not has_buffer_rows(x.coeffs):
+            by_row = by_rows(lambda r: prim.bind(r, **params), [x])
+        return stacked(order, x, *rest, **params) if by_row is None else by_row
 
     register_rule(prim)(rule)
 

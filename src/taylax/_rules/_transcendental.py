@@ -239,7 +239,7 @@ def _riccati_factor(kind: str, x0, y0):
 def _polynomial_line(kind: str, x0, y0, order: int, scale: float = 1.0):
     table = _derivative_polynomials(kind, order)
     dtype = jnp.result_type(y0)
-    if ks.rows_wanted(order) and order <= _POLYNOMIAL_ROWS_MAX_ORDER:
+    if order <= _POLYNOMIAL_ROWS_MAX_ORDER:
         return _polynomial_line_rows(table, kind, x0, jnp.asarray(y0, dtype), scale)
     # Scaled adds `sum_j C[:, j] y0^j` (Horner in y0), not a matmul over the table: one
     # fused elementwise kernel; as a (K+1, K+2) dot it ran as a general matmul per element.
