@@ -41,3 +41,50 @@ for _name, _examples, _derandomize in (("taylax", 12, True), ("thorough", 200, F
         print_blob=True,
     )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "taylax"))
+
+
+import dataclasses  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def emission():
+    """`emission(**changes)` puts the CPU emission policy with `changes` in force for the
+    rest of the test (`emission(base=taylax.GPU)` starts from another policy). Programs
+    are cached per policy, so no program built under another one is reused."""
+    import contextlib
+
+    import taylax
+
+    with contextlib.ExitStack() as stack:
+
+        def set_policy(base=None, **changes):
+            policy = dataclasses.replace(base or taylax.CPU, name="test", **changes)
+            return stack.enter_context(taylax.emission_policy(policy))
+
+        yield set_policy
+
+
+@pytest.fixture
+def cpu_policy(emission):
+    """The CPU emission policy in force, whatever the backend: for tests that pin the
+    programs it emits (`pytestmark = pytest.mark.usefixtures("cpu_policy")`)."""
+    return emission()
+
+
+def _slow_cases() -> frozenset[str]:
+    path = os.path.join(os.path.dirname(__file__), "slow_cases.txt")
+    with open(path) as lines:
+        return frozenset(
+            line.strip() for line in lines if line.strip() and not line.startswith("#")
+        )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the cases listed in `slow_cases.txt` `slow` (run by `make test-slow`)."""
+    slow = _slow_cases()
+    for item in items:
+        node = item.nodeid.split("tests/", 1)[-1]
+        if node in slow:
+            item.add_marker(pytest.mark.slow)

@@ -30,7 +30,6 @@ __all__ = [
     "oracle",
     "seeded_rng",
     "xla_cpu_only",
-    "cpu_backend_only",
 ]
 
 
@@ -316,16 +315,6 @@ def all_equations(jaxpr):
             yield from all_equations(sub)
 
 
-def set_row_dot_bound(monkeypatch, nbytes: int) -> None:
-    """Take one dot per coefficient row from rows of `nbytes` on (`_ROW_DOTS_MIN_BYTES`),
-    with a fresh program cache: programs are cached by the jaxpr, not by this bound."""
-    import taylax._api
-    from taylax._rules import _linalg
-
-    monkeypatch.setattr(_linalg, "_ROW_DOTS_MIN_BYTES", nbytes)
-    monkeypatch.setattr(taylax._api, "_PROGRAMS", type(taylax._api._PROGRAMS)())
-
-
 # --------------------------------------------------------------------------------------------
 # Compiled structure.
 # --------------------------------------------------------------------------------------------
@@ -335,12 +324,6 @@ def set_row_dot_bound(monkeypatch, nbytes: int) -> None:
 # more than one kernel), so these tests run on the CPU backend only.
 xla_cpu_only = pytest.mark.skipif(
     jax.default_backend() != "cpu", reason="pins XLA:CPU's kernel count"
-)
-# Chunks of points, blocks of directions and row-sum products past order 4 are taken on
-# the CPU backend only (`taylax._chunks`, `taylax._operators`,
-# `taylax._series.product_rows_max_order`): tests that pin them run there.
-cpu_backend_only = pytest.mark.skipif(
-    jax.default_backend() != "cpu", reason="pins a choice taken on the CPU backend only"
 )
 
 

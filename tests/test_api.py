@@ -14,12 +14,14 @@ from reference import (
     assert_series_close,
     entry_kernels,
     nested_jvp_derivatives,
-    set_row_dot_bound,
     xla_cpu_only,
 )
 from taylax import _series as ks
 from taylax._count import count_equations
 from taylax._interpret import read_row_by_row
+
+# The structural tests here pin the programs the CPU policy emits, whatever the backend.
+pytestmark = pytest.mark.usefixtures("cpu_policy")
 
 
 def f_scalar(t):
@@ -343,12 +345,10 @@ def test_register_rule_results_are_checked(rule, error, match):
     ids=["right", "left", "varying-matrix", "mixed-readers", "elementwise", "output"],
 )
 @pytest.mark.parametrize("row_bytes", [0, None], ids=["rows-large-enough", "rows-too-small"])
-def test_rules_are_told_whether_their_output_is_read_row_by_row(
-    use, expected, row_bytes, monkeypatch
-):
+def test_rules_are_told_whether_their_output_is_read_row_by_row(use, expected, row_bytes, emission):
     # What lets the tanh rule leave its rows unmarked in a large network's hidden layers.
     if row_bytes is not None:
-        set_row_dot_bound(monkeypatch, row_bytes)
+        emission(row_dots_min_bytes=row_bytes)
     w = jnp.arange(6.0).reshape(3, 2)
     x = jnp.ones(3)
     seen = _told_read_row_by_row(
@@ -377,7 +377,7 @@ def _told_read_row_by_row(name, program, order, *args) -> list[bool]:
     return seen
 
 
-_ROWS_BOUND = ks.ROWS_MAX_ORDER
+_ROWS_BOUND = taylax.CPU.rows_max_order
 
 
 @pytest.mark.parametrize(
@@ -386,7 +386,7 @@ _ROWS_BOUND = ks.ROWS_MAX_ORDER
         (lambda y, t: y / (1 + t**2), 12, True),
         (lambda y, t: y / (1 + t**2), _ROWS_BOUND, True),
         (lambda y, t: y / (1 + t**2), _ROWS_BOUND + 1, False),  # rows cost K^2 equations
-        (lambda y, t: y / (1 + t**2), ks.UNROLL_MAX_ORDER, False),  # rows there anyway
+        (lambda y, t: y / (1 + t**2), taylax.CPU.unroll_max_order, False),  # rows there anyway
         (lambda y, t: y / jnp.cos(t), 12, True),  # the denominator's degree is not static
         (lambda y, t: (1 + t**2) / y, 12, False),  # the denominator
         (lambda y, t: y / (1 + t**2) + y, 12, False),  # read elsewhere too

@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 
 import taylax
-from reference import all_equations, cpu_backend_only
+from reference import all_equations
 from taylax import _chunks
 from taylax._count import iter_equations
 
 jax.config.update("jax_enable_x64", True)
 
 # Chunks are taken on the CPU backend only: elsewhere every batch is one vmap.
-pytestmark = cpu_backend_only
+# Chunks of points are a choice of the CPU policy: its programs, whatever the backend.
+pytestmark = pytest.mark.usefixtures("cpu_policy")
 
 
 def damped_wave(t):
@@ -29,12 +30,14 @@ def seed_function(t):
 
 
 @pytest.fixture
-def small_chunks(monkeypatch):
-    """Chunks of 16 points from 32 points on, whatever the buffers' size."""
-    monkeypatch.setattr(_chunks, "CHUNK_POINTS", 16)
-    monkeypatch.setattr(_chunks, "CHUNKED_MIN_BYTES", 1)
-    monkeypatch.setattr(_chunks, "HIGH_ORDER_CHUNK_POINTS", 16)
-    monkeypatch.setattr(_chunks, "HIGH_ORDER_MIN_BYTES", 1)
+def small_chunks(emission):
+    """Chunks of 16 points from 32 points on, whatever the buffers' size (the CPU policy
+    so changed, in force for the test); returns the changes."""
+    changes = dict(
+        chunk_points=16, chunked_min_bytes=1, high_order_chunk_points=16, high_order_min_bytes=1
+    )
+    emission(**changes)
+    return changes
 
 
 def _primitives(fn, *args) -> set[str]:
@@ -90,7 +93,7 @@ def test_few_buffers_stay_one_vmap(small_chunks):
     t = jnp.linspace(0.5, 1.5, 64)
     closed = jax.make_jaxpr(taylax.derivatives(seed_function, 8))(1.0)
     count, _ = _chunks.buffered_bytes(iter_equations(closed))
-    assert count < _chunks.CHUNKED_MIN_BUFFERS
+    assert count < taylax.CPU.chunked_min_buffers
     assert "scan" not in _primitives(jax.vmap(taylax.derivatives(seed_function, 8)), t)
 
 
@@ -99,7 +102,7 @@ def test_output_rows_past_a_fused_concatenate_count_as_buffers(small_chunks):
     `0.3 sin(t) t^10` keeps two values in buffers but runs in chunks at order 12."""
     t = jnp.linspace(0.5, 1.5, 64)
     d = taylax.derivatives(seed_function, 12)
-    assert _chunks._output_row_buffers(jax.make_jaxpr(d)(1.0), 12) == (12, 12 * 8)
+    assert _chunks._output_row_buffers(jax.make_jaxpr(d)(1.0), 12, taylax.CPU) == (12, 12 * 8)
     assert "scan" in _primitives(jax.vmap(d), t)
     np.testing.assert_allclose(jax.jit(jax.vmap(d))(t), jax.vmap(jax.jit(d))(t), rtol=1e-14, atol=0)
 
@@ -110,7 +113,7 @@ def test_output_rows_chunk_from_fewer_bytes():
     131,072 (one vmap)."""
     d = jax.vmap(taylax.derivatives(seed_function, 9))
     big, small = jnp.linspace(0.5, 1.5, 262144), jnp.linspace(0.5, 1.5, 131072)
-    assert _scan_lengths(d, big) == [262144 // _chunks.CHUNK_POINTS]
+    assert _scan_lengths(d, big) == [262144 // taylax.CPU.chunk_points]
     assert _scan_lengths(d, small) == []
 
 
@@ -118,7 +121,7 @@ def test_high_orders_stay_one_vmap(small_chunks):
     """Past `CHUNKED_MAX_ORDER` (not measured) one vmap. The chunk loop is told by its
     conditional: the pass itself loops over rows at such orders."""
     t = jnp.linspace(0.5, 1.5, 64)
-    order = _chunks.CHUNKED_MAX_ORDER + 1
+    order = taylax.CPU.chunked_max_order + 1
     assert "cond" not in _primitives(jax.vmap(taylax.derivatives(damped_wave, order)), t)
     assert "cond" in _primitives(jax.vmap(taylax.derivatives(damped_wave, order - 1)), t)
 
@@ -134,7 +137,7 @@ def test_chunk_size_by_order():
     pass's last kernel into the update that stacks the chunks."""
     t = jnp.linspace(0.5, 1.5, 65536)
     high = jax.vmap(taylax.derivatives(damped_wave, 32))
-    assert _scan_lengths(high, t) == [65536 // _chunks.HIGH_ORDER_CHUNK_POINTS]
+    assert _scan_lengths(high, t) == [65536 // taylax.CPU.high_order_chunk_points]
     assert "cond" in _primitives(high, t)
     # At order 8 the same batch is one chunk of 65,536: one vmap.
     assert _scan_lengths(jax.vmap(taylax.derivatives(damped_wave, 8)), t) == []
@@ -147,12 +150,12 @@ def test_chunks_with_a_remainder_equal_one_vmap(small_chunks):
     np.testing.assert_allclose(jax.jit(jax.vmap(d))(t), jax.vmap(jax.jit(d))(t), rtol=1e-14)
 
 
-def test_other_backends_stay_one_vmap(small_chunks, monkeypatch):
+def test_other_backends_stay_one_vmap(small_chunks, emission):
     # What chunks save is XLA:CPU's (page faults, cache); on an H200 one vmap was faster.
     t = jnp.linspace(0.5, 1.5, 64)
     d = taylax.derivatives(damped_wave, 8)
     assert "scan" in _primitives(jax.vmap(d), t)
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    emission(base=taylax.GPU, **small_chunks)
     assert "scan" not in _primitives(jax.vmap(d), t)
     np.testing.assert_allclose(jax.jit(jax.vmap(d))(t), jax.vmap(jax.jit(d))(t), rtol=1e-14)
 
@@ -179,5 +182,5 @@ def test_named_axes_stay_one_vmap(small_chunks):
 def test_buffered_bytes_counts_marked_values():
     closed = jax.make_jaxpr(taylax.derivatives(damped_wave, 8))(1.0)
     count, size = _chunks.buffered_bytes(iter_equations(closed))
-    assert count >= _chunks.CHUNKED_MIN_BUFFERS
+    assert count >= taylax.CPU.chunked_min_buffers
     assert size == 8 * count  # one float64 per buffered value and point

@@ -8,10 +8,13 @@ import pytest
 import taylax
 from taylax import _once, _series as ks
 
-LARGE = _once.UNMARKED_MIN_BYTES // 8  # float64 values: the smallest unmarked size
+# Marks are lowered by the CPU policy's bounds, whatever the backend.
+pytestmark = pytest.mark.usefixtures("cpu_policy")
+
+LARGE = taylax.CPU.unmarked_min_bytes // 8  # float64 values: the smallest unmarked size
 
 
-def _marked(kind="once", pass_order=_once.UNMARKED_MAX_ORDER):
+def _marked(kind="once", pass_order=taylax.CPU.unmarked_max_order):
     def fn(x):
         return _once.mark(x, ks.opaque_one(x), kind=kind, pass_order=pass_order)
 
@@ -35,13 +38,13 @@ def test_marks_are_lowered_by_size_and_order(kind):
     # division (or product) by an opaque one; above it at low orders, the value itself.
     assert not _unmarked(_lowered(_marked(kind), (LARGE - 1,)))
     assert _unmarked(_lowered(_marked(kind), (LARGE,)))
-    assert not _unmarked(_lowered(_marked(kind, _once.UNMARKED_MAX_ORDER + 1), (LARGE,)))
+    assert not _unmarked(_lowered(_marked(kind, taylax.CPU.unmarked_max_order + 1), (LARGE,)))
     assert not _unmarked(_lowered(_marked(kind, None), (LARGE,)))  # outside a Taylor pass
 
 
 @pytest.mark.parametrize("kind", ["once", "shield"])
 def test_marks_of_the_lowest_orders_are_lowered_unmarked_at_every_size(kind):
-    low = _once.UNMARKED_ANY_SIZE_MAX_ORDER
+    low = taylax.CPU.unmarked_any_size_max_order
     assert _unmarked(_lowered(_marked(kind, low), (3,)))
     assert _unmarked(_lowered(_marked(kind, low), (LARGE,)))
     assert not _unmarked(_lowered(_marked(kind, low + 1), (3,)))
@@ -53,7 +56,7 @@ def test_batched_marks_are_lowered_by_the_batched_size():
     assert not _unmarked(_lowered(per_point, (1024,)))
     assert _unmarked(_lowered(per_point, (LARGE,)))
     # `one` shared by the batch (not batched) is broadcast to it.
-    order = _once.UNMARKED_MAX_ORDER
+    order = taylax.CPU.unmarked_max_order
     shared = jax.vmap(lambda x, one: _once.mark(x, one, kind="once", pass_order=order), (0, None))
     assert "stablehlo.divide" not in _lowered(shared, (LARGE,), ())
     assert "stablehlo.divide" in _lowered(shared, (1024,), ())
@@ -109,3 +112,11 @@ def test_large_batches_give_the_marked_values(order):
     large = np.asarray(fn(t))
     small = np.asarray(fn(t[::4096]))
     np.testing.assert_allclose(large[::4096], small, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["once", "shield"])
+def test_policies_without_marks_lower_every_value_unmarked(kind, emission):
+    # The GPU policy marks nothing: XLA:GPU fuses the readers, recomputing is cheap there.
+    emission(base=taylax.GPU)
+    for order in (None, 1, taylax.CPU.unmarked_max_order + 1, 32):
+        assert _unmarked(_lowered(_marked(kind, order), (3,)))

@@ -11,8 +11,6 @@ import numpy as np
 import pytest
 
 import taylax
-from reference import cpu_backend_only
-from taylax import _operators
 from taylax._operators import _multi_indices, interpolation_weight
 
 jax.config.update("jax_enable_x64", True)
@@ -195,19 +193,20 @@ def _many_directions_network(d: int):
     return f, jnp.asarray(rng.normal(size=d)), w1, rng
 
 
-@cpu_backend_only
 @pytest.mark.parametrize(
     "d, max_unrolled, passes, loop",
     [(64, None, 2, False), (70, None, 2, False), (70, 1, 1, True), (64, 1, 0, True)],
 )
-def test_many_directions_run_in_blocks(d, max_unrolled, passes, loop, monkeypatch):
-    """From `BLOCKED_MIN_DIRECTIONS` on, summed passes run in blocks of directions: a few
-    unrolled blocks of equal size, or a loop over full blocks and a remainder. The
+def test_many_directions_run_in_blocks(d, max_unrolled, passes, loop, emission):
+    """From the CPU policy's `blocked_min_directions` on, summed passes run in blocks of
+    directions: a few unrolled blocks of equal size, or a loop over full blocks and a remainder. The
     Laplacian, the weighted one and their gradient with respect to parameters equal the
     dense versions either way."""
-    assert d >= _operators.BLOCKED_MIN_DIRECTIONS
-    if max_unrolled is not None:
-        monkeypatch.setattr(_operators, "UNROLLED_MAX_BLOCKS", max_unrolled)
+    assert d >= taylax.CPU.blocked_min_directions
+    if max_unrolled is None:
+        emission()
+    else:
+        emission(unrolled_max_blocks=max_unrolled)
     f, x, w1, rng = _many_directions_network(d)
     h = jax.hessian(f)(x, w1)
     _close(jax.jit(taylax.laplacian(f))(x, w1), jnp.trace(h))
@@ -221,18 +220,19 @@ def test_many_directions_run_in_blocks(d, max_unrolled, passes, loop, monkeypatc
     assert ("scan" in names) == loop
 
 
-@cpu_backend_only
-def test_other_backends_take_all_directions_in_one_pass(monkeypatch):
-    # Blocks of directions are taken on the CPU backend only (on an H200 they gained
-    # nothing): elsewhere one summed pass, with the same Laplacian.
-    net, x, w1, _ = _many_directions_network(_operators.BLOCKED_MIN_DIRECTIONS)
+def test_other_backends_take_all_directions_in_one_pass():
+    # Blocks of directions are taken under the CPU policy only (on an H200 they gained
+    # nothing): under the GPU's one summed pass, with the same Laplacian.
+    net, x, w1, _ = _many_directions_network(taylax.CPU.blocked_min_directions)
 
     def f(x):
         return net(x, w1)
 
-    blocked = [e.primitive.name for e in jax.make_jaxpr(taylax.laplacian(f))(x).eqns]
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    names = [e.primitive.name for e in jax.make_jaxpr(taylax.laplacian(f))(x).eqns]
+    def names(policy):
+        with taylax.emission_policy(policy):
+            return [e.primitive.name for e in jax.make_jaxpr(taylax.laplacian(f))(x).eqns]
+
+    blocked, names = names(taylax.CPU), names(taylax.GPU)
     assert blocked.count("jit") == 2 and names.count("jit") == 1 and "scan" not in names
     _close(jax.jit(taylax.laplacian(f))(x), jnp.trace(jax.hessian(f)(x)))
 

@@ -28,7 +28,6 @@ from reference import (
     direction,
     oracle,
     seeded_rng,
-    set_row_dot_bound,
 )
 from taylax._count import equation_counts
 
@@ -328,8 +327,8 @@ _ROW_DOT_SIDES = {
 
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
 @pytest.mark.parametrize("side", sorted(_ROW_DOT_SIDES))
-def test_series_times_a_constant_matrix(side, dtype, monkeypatch):
-    set_row_dot_bound(monkeypatch, 0)
+def test_series_times_a_constant_matrix(side, dtype, emission):
+    emission(row_dots_min_bytes=0)
     x = seeded_rng(side).normal(size=(8, 64)).astype(dtype)
     v = direction(side, x.shape, dtype)
     check_against_oracle(_ROW_DOT_SIDES[side], x, v, [2, 8, 9], context=side)
@@ -340,9 +339,9 @@ def test_series_times_a_constant_matrix(side, dtype, monkeypatch):
     [(1, 0, 2), (8, 0, 9), (9, 0, 1), (16, 0, 1), (8, 8 * 64 * 8, 9), (8, 8 * 64 * 8 + 1, 1)],
 )
 def test_series_times_a_constant_matrix_takes_one_dot_per_large_row_up_to_degree_8(
-    order, row_bytes, dots, monkeypatch
+    order, row_bytes, dots, emission
 ):
-    set_row_dot_bound(monkeypatch, row_bytes)
+    emission(row_dots_min_bytes=row_bytes)
     x = jnp.ones((8, 64))  # rows of 4 KiB
     for side, f in _ROW_DOT_SIDES.items():
         jaxpr = jax.make_jaxpr(taylax.derivatives(f, order))(x, x)

@@ -20,13 +20,14 @@ import taylax
 from reference import (
     all_equations,
     assert_series_close,
-    cpu_backend_only,
     nested_jvp_derivatives,
-    set_row_dot_bound,
     xla_cpu_only,
 )
 from taylax import _api as taylax_api, _series as ks
 from taylax._count import count_equations
+
+# These tests pin the programs the CPU policy emits, whatever the backend.
+pytestmark = pytest.mark.usefixtures("cpu_policy")
 
 
 def inner(x):
@@ -90,7 +91,7 @@ def test_rule_on_full_series(name):
     check_full_series(name, 6)
 
 
-# The recurrences run unrolled up to `ks.UNROLL_MAX_ORDER` (`ks.ROWS_MAX_ORDER` on inputs
+# The recurrences run unrolled up to the CPU policy's `unroll_max_order` (`rows_max_order` on inputs
 # with rows of their own) and as loops above it. The table above runs unrolled (order 6);
 # these rules also run through their loops (forced at order 5 by setting both thresholds
 # to 0; a different order, so no cached program is reused).
@@ -98,9 +99,8 @@ LOOP_CASES = ("exp", "sin", "tanh", "log", "sqrt", "pow_2.5", "reciprocal", "div
 
 
 @pytest.mark.parametrize("name", LOOP_CASES)
-def test_rule_on_full_series_through_loops(name, monkeypatch):
-    monkeypatch.setattr(ks, "UNROLL_MAX_ORDER", 0)
-    monkeypatch.setattr(ks, "ROWS_MAX_ORDER", 0)
+def test_rule_on_full_series_through_loops(name, emission):
+    emission(unroll_max_order=0, rows_max_order=0)
     check_full_series(name, 5)
 
 
@@ -160,7 +160,7 @@ def _summed_exps_mp(t):
 
 
 @pytest.mark.parametrize("x0", [0.7, -1.3, 0.4 + 0.3j])
-@pytest.mark.parametrize("order", [12, ks.ROWS_MAX_ORDER])
+@pytest.mark.parametrize("order", [12, taylax.CPU.rows_max_order])
 def test_products_and_divisions_in_rows_match_mpmath(order, x0):
     # Factors with rows of their own (a recurrence's, a closed form's): the product is
     # row sums and the division reads them one per coefficient (`ks.has_separate_rows`).
@@ -203,27 +203,23 @@ def test_products_and_divisions_in_rows_match_mpmath(order, x0):
     assert shifted_sums(read_twice)
 
 
-@cpu_backend_only
-@pytest.mark.parametrize("order", [6, 8, 12, ks.ROWS_MAX_ORDER])
-def test_products_past_the_unrolled_orders_are_shifted_sums_off_xla_cpu(monkeypatch, order):
-    # `ks.product_rows_max_order`: row sums up to `ROWS_MAX_ORDER` on XLA:CPU; on other
-    # backends (measured on an H200) one shifted sum past `OFF_CPU_PRODUCT_ROWS_MAX_ORDER`,
-    # and the division no longer asks its numerator for rows. The coefficients do not
-    # change.
+@pytest.mark.parametrize("order", [6, 8, 12, taylax.CPU.rows_max_order])
+def test_products_past_the_unrolled_orders_are_shifted_sums_off_xla_cpu(order):
+    # `ks.product_rows_max_order`: row sums up to `rows_max_order` under the CPU policy;
+    # under the GPU's (measured on an H200) one shifted sum past its
+    # `product_rows_max_order`, and the division no longer asks its numerator for rows.
+    # The coefficients do not change. Programs are cached per policy.
     def f(t):
         return jnp.exp(-(t**2) / 2) * jnp.cos(3 * t) / (1 + t**2)
 
-    def shifted_sums():  # the (2K+1)-row pad of a shifted sum's operand
-        # A fresh program cache: programs are cached by the jaxpr, not by the backend.
-        monkeypatch.setattr(taylax_api, "_PROGRAMS", type(taylax_api._PROGRAMS)())
-        jaxpr = jax.make_jaxpr(taylax.derivatives(f, order))(0.3)
+    def shifted_sums(policy):  # the (2K+1)-row pad of a shifted sum's operand
+        with taylax.emission_policy(policy):
+            assert ks.product_rows_max_order() == policy.product_rows_max_order
+            jaxpr = jax.make_jaxpr(taylax.derivatives(f, order))(0.3)
         return [e for e in all_equations(jaxpr) if e.outvars[0].aval.shape == (2 * order + 1,)]
 
-    assert ks.product_rows_max_order() == ks.ROWS_MAX_ORDER
-    assert not shifted_sums()
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    assert ks.product_rows_max_order() == ks.OFF_CPU_PRODUCT_ROWS_MAX_ORDER
-    assert shifted_sums()
+    assert not shifted_sums(taylax.CPU)
+    assert shifted_sums(taylax.GPU)
 
     def exact(t):
         return mpmath.exp(-(t**2) / 2) * mpmath.cos(3 * t) / (1 + t**2)
@@ -240,7 +236,7 @@ def test_full_numerator_over_low_degree_denominator_complex_matches_mpmath(order
 
 @pytest.mark.parametrize("x0", [20.0, -20.0, 35.0])
 @pytest.mark.parametrize("order", [3, 8])
-def test_saturated_tanh_keeps_its_digits(x0, order, monkeypatch):
+def test_saturated_tanh_keeps_its_digits(x0, order, emission):
     # Where tanh saturates, 1 - tanh^2 is 0 in float64 but sech^2 = 4e / (1 + e)^2 with
     # e = exp(-2|x|) keeps every digit (the Riccati recurrence, and the line form).
     assert_matches_mpmath(
@@ -248,7 +244,7 @@ def test_saturated_tanh_keeps_its_digits(x0, order, monkeypatch):
     )
     assert_matches_mpmath(jnp.tanh, mpmath.tanh, x0, order)
     # Read only by a matmul taking one row at a time: the Riccati rows are left unmarked.
-    set_row_dot_bound(monkeypatch, 0)
+    emission(row_dots_min_bytes=0)
     weights = jnp.asarray([0.25, 0.75])
     assert_matches_mpmath(
         lambda t: jnp.tanh((t + jnp.sin(t)) * jnp.ones(2)) @ weights,
@@ -274,7 +270,7 @@ def test_saturated_logistic_keeps_its_digits(x0, order):
 
 
 # Full-degree inputs (a function of sin t) run their recurrences above the unrolled orders
-# by blocks of `ks.RECURRENCE_BLOCK` rows: division, powers, exp and tanh (exp and a
+# by blocks of `taylax.CPU.recurrence_block` rows: division, powers, exp and tanh (exp and a
 # division there). Order 33 ends inside a block of 4, orders 12 and 40 on a boundary.
 FULL_DEGREE = {
     "exp(sin t)": (lambda t: jnp.exp(jnp.sin(t)), lambda t: mpmath.exp(mpmath.sin(t))),
@@ -291,11 +287,10 @@ def test_blocked_recurrences_match_mpmath(name, order):
 
 
 @pytest.mark.parametrize("order", [1, 2, 4, 7])
-def test_blocked_recurrences_at_every_block_offset(order, monkeypatch):
+def test_blocked_recurrences_at_every_block_offset(order, emission):
     # Forced through the blocks at small orders: the last block ends at the order (4) or
     # past it (1, 2, 7; those rows are computed and dropped), against nested jvp.
-    monkeypatch.setattr(ks, "UNROLL_MAX_ORDER", 0)
-    monkeypatch.setattr(ks, "ROWS_MAX_ORDER", 0)
+    emission(unroll_max_order=0, rows_max_order=0)
     for name in ("exp", "div", "pow_2.5", "reciprocal"):
         check_full_series(name, order)
 
@@ -311,10 +306,9 @@ def test_blocked_recurrences_at_every_block_offset(order, monkeypatch):
     ],
     ids=["exp", "cos", "reciprocal", "pow_2.5", "tanh"],
 )
-def test_blocked_recurrences_complex(f, monkeypatch):
+def test_blocked_recurrences_complex(f, emission):
     # Complex series through the blocks (row indices are real, rows complex).
-    monkeypatch.setattr(ks, "UNROLL_MAX_ORDER", 0)
-    monkeypatch.setattr(ks, "ROWS_MAX_ORDER", 0)
+    emission(unroll_max_order=0, rows_max_order=0)
     z = jnp.array([0.3 + 0.2j, -0.5 + 0.7j])
     v = jnp.array([1.0 + 0.5j, 0.3 - 1j])
     assert_series_close(taylax.derivatives(f, 6)(z, v), nested_jvp_derivatives(f, z, v, 6))
@@ -334,7 +328,7 @@ def test_blocked_recurrence_is_reverse_differentiable_and_flat_in_the_order():
 
 def test_chunked_path_matches_unchunked():
     # Above the unrolling threshold, 4096 elements run their loops chunk by chunk; 8 do not.
-    order = ks.UNROLL_MAX_ORDER + 2
+    order = taylax.CPU.unroll_max_order + 2
     key = jax.random.key(0)
     x = jax.random.uniform(key, (64, 64), minval=-1.0, maxval=1.0)
     v = jax.random.normal(jax.random.key(1), (64, 64))
@@ -349,12 +343,12 @@ def test_chunked_path_matches_unchunked():
     np.testing.assert_allclose(big[:, ::16, :8], small, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("order", [3, ks.UNROLL_MAX_ORDER, ks.ROWS_MAX_ORDER])
+@pytest.mark.parametrize("order", [3, taylax.CPU.unroll_max_order, taylax.CPU.rows_max_order])
 def test_compose_rows_match_the_loop(order):
     # Faa di Bruno in rows (up to `ROWS_MAX_ORDER`) against the loop (above it), truncated:
     # coefficient k reads only d_m for m <= k, so the loop's first rows are the same,
     # non-finite ones included (a power past its smooth order at 0: inf * row = inf or nan).
-    loop_order = ks.ROWS_MAX_ORDER + 1
+    loop_order = taylax.CPU.rows_max_order + 1
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(loop_order + 1, 3)))
     x = x.at[0].set(jnp.asarray([0.0, 0.5, -1.0]))
@@ -449,7 +443,7 @@ def damped_wave(t):
 def test_batched_chain_has_no_loops_tables_or_pow():
     # Unrolled recurrences, shifted-sum products and powers by products: straight-line
     # kernels, no while loop, no (N, K+1, K+1) table, no pow, no reduce-window.
-    order = ks.UNROLL_MAX_ORDER
+    order = taylax.CPU.unroll_max_order
     t = jnp.linspace(0.5, 1.5, 256)
     hlo = _compiled_module(jax.vmap(taylax.derivatives(damped_wave, order)), t)
     assert "while" not in hlo
@@ -462,20 +456,22 @@ def test_low_degree_recurrences_run_unrolled_and_grow_linearly():
     # Above `UNROLL_MAX_ORDER`, recurrences whose known factor is a low-degree polynomial in
     # the seed (exp(-t^2/2), 1/(1 + t^2)) still run unrolled: no while loop, and the program
     # grows by the same number of equations per order (min(k, degree) terms per row).
-    order = 2 * ks.UNROLL_MAX_ORDER
+    order = 2 * taylax.CPU.unroll_max_order
     t = jnp.linspace(0.5, 1.5, 256)
     hlo = _compiled_module(jax.vmap(taylax.derivatives(damped_wave, order)), t)
     assert "while" not in hlo
     # (From above `ROWS_MAX_ORDER`: up to it the product over 1 + t^2 is row sums.)
     counts = {
         k: count_equations(jax.make_jaxpr(taylax.derivatives(damped_wave, k))(0.3))
-        for k in (18, 25, ks.UNROLL_LOW_DEGREE_MAX_ORDER)
+        for k in (18, 25, taylax.CPU.unroll_low_degree_max_order)
     }
-    assert ks.UNROLL_LOW_DEGREE_MAX_ORDER == 32 and ks.ROWS_MAX_ORDER < 18
+    assert taylax.CPU.unroll_low_degree_max_order == 32 and taylax.CPU.rows_max_order < 18
     assert counts[32] - counts[25] == counts[25] - counts[18], counts
     # Past `UNROLL_LOW_DEGREE_MAX_ORDER` the loops take over again (XLA's compile time grows
     # faster than the unrolled program).
-    looped = jax.make_jaxpr(taylax.derivatives(damped_wave, ks.UNROLL_LOW_DEGREE_MAX_ORDER + 1))
+    looped = jax.make_jaxpr(
+        taylax.derivatives(damped_wave, taylax.CPU.unroll_low_degree_max_order + 1)
+    )
     assert taylax.equation_counts(looped(0.3)).get("scan", 0) > 0
 
 
@@ -486,7 +482,7 @@ def test_transcendentals_are_computed_once_per_element():
         return jnp.sin(t) * jnp.cos(2 * t) * jnp.exp(jnp.sin(t))
 
     t = jnp.linspace(0.5, 1.5, 256)
-    hlo = _compiled_module(jax.vmap(taylax.derivatives(f, ks.UNROLL_MAX_ORDER)), t)
+    hlo = _compiled_module(jax.vmap(taylax.derivatives(f, taylax.CPU.unroll_max_order)), t)
     # sin(t) twice in the program (CSE merges it in the jaxpr only within one rule).
     assert _count_ops(hlo, "sine") <= 2
     assert _count_ops(hlo, "cosine") <= 2
@@ -562,7 +558,7 @@ def test_divisions_keep_computed_once_values_once():
         return jnp.cos(t) / (2 + jnp.sin(t)) + 1 / jnp.cos(t)
 
     t = jnp.linspace(0.5, 1.5, 256)
-    for order in (2, ks.UNROLL_MAX_ORDER):
+    for order in (2, taylax.CPU.unroll_max_order):
         hlo = _compiled_module(jax.vmap(taylax.derivatives(f, order)), t)
         assert _count_ops(hlo, "sine") == 1, order
         assert _count_ops(hlo, "cosine") == 1, order
@@ -593,7 +589,7 @@ def test_powers_by_rows_equal_the_stacked_ones():
     # Up to `ROWS_MAX_ORDER` powers are built row by row, above by stacked doubling: the
     # same products, so the same values, bit for bit.
     x = jnp.array([0.7, -1.3, 0.0, 2.5])
-    low, high = ks.ROWS_MAX_ORDER, ks.ROWS_MAX_ORDER + 4
+    low, high = taylax.CPU.rows_max_order, taylax.CPU.rows_max_order + 4
     for sign in (1, -1):
         rows = ks.powers(x, low, sign)
         assert ks.known_rows(rows) is not None and ks.known_rows(ks.powers(x, high, sign)) is None

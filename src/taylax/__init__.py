@@ -31,6 +31,13 @@ from ._optimize import (
     optimize_jaxpr as optimize_jaxpr,
     optimized as optimized,
 )
+from ._policy import (
+    CPU as CPU,
+    DEFAULT as DEFAULT,
+    GPU as GPU,
+    EmissionPolicy as EmissionPolicy,
+    emission_policy as emission_policy,
+)
 from ._series import Series as Series
 
 __version__ = "0.1.0"

@@ -14,6 +14,7 @@ from jax import lax
 from . import (
     _chunks,
     _compat,
+    _policy,
     _rules,  # noqa: F401  (registers the built-in rules)
 )
 from ._derivative import ProgramCache, closed_key, const_value_key, make_jaxpr
@@ -83,13 +84,16 @@ def _cached_program(closed, static: tuple, fun: Callable, make: Callable):
     Returns `(program, consts)`: call `program(consts, *inputs)`. Scalar constants are
     baked into the program and keyed by value, like Python numbers (which are literals),
     so rules still see them as concrete (an integer exponent, say); larger ones are
-    arguments, so a new closed-over array reuses the program.
+    arguments, so a new closed-over array reuses the program. The emission policy in force
+    (`taylax.emission_policy`) is part of the key.
     """
     consts = list(closed.consts)
     baked = {i: c for i, c in enumerate(consts) if np.ndim(c) == 0 and not _compat.is_tracer(c)}
     key = closed_key(closed)
     if key is not None:
-        key = (static, key, tuple((i, const_value_key(c)) for i, c in baked.items()))
+        # The policy in force shapes the program: one program per policy.
+        baked_key = tuple((i, const_value_key(c)) for i, c in baked.items())
+        key = (static, _policy.current(), key, baked_key)
 
     def build():
         inner = make(closed.jaxpr)
@@ -220,14 +224,6 @@ def _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order: int, unit: bool, scal
     return [p for p, _ in pairs], [c for _, c in pairs]
 
 
-# Up to this order `derivatives` returns each output's coefficients as the one stack the
-# pass built (`_output_stack`); past it, the primal split off and the coefficients
-# concatenated back. In one process each (65,536 points, the three chains of
-# `benchmarks/bench_batched.py`), the stack ran 0.89-1.00x at order 2, 0.93-1.01x at 4,
-# and 1.14-1.70x at 8, where the pass's rows are separate buffers.
-STACKED_OUTPUT_MAX_ORDER = 4
-
-
 def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exact=False):
     """Derivatives 0..order of each output, stacked along a leading axis, from one pass
     along `scale` times the direction (`_to_derivatives` on every row: `0!` is 1)."""
@@ -236,7 +232,8 @@ def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exa
     stacks = []
     for o, v in zip(outs, jaxpr.outvars):
         inexact = bool(order) and jnp.issubdtype(v.aval.dtype, jnp.inexact)
-        if order <= STACKED_OUTPUT_MAX_ORDER:
+        # The pass's own stack up to the policy's order; past it, the rows concatenated.
+        if order <= _policy.current().stacked_output_max_order:
             c = _output_stack(o, v.aval, order)
             stacks.append(_to_derivatives(c, order, scale, exact, first=0) if inexact else c)
         else:

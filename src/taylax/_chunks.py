@@ -5,16 +5,18 @@ Under `jax.vmap`, a Taylor pass over `N` points writes each value it keeps in a 
 a chain of exponentials and quotients keeps about 18 of them: 150 MB of temporaries,
 which glibc serves as fresh `mmap` blocks, so every page faults again on every call,
 and no row of a recurrence is still in cache when the next row reads it. Run in chunks
-of `CHUNK_POINTS` points (8,192 past order 16; a loop, `jax.lax.scan`), the same program
-keeps its buffers in cache and reuses them from chunk to chunk.
+of the policy's `chunk_points` points (fewer past its `high_order`; a loop,
+`jax.lax.scan`), the same program keeps its buffers in cache and reuses them from chunk
+to chunk.
 
 `taylax.derivatives` and `taylax.taylor` call their pass through `chunked_call_p` when
 their inputs are being batched; its batching rule, which sees the batch size, picks
 the loop or the plain vmap. Chunks pay a loop and a copy of each chunk's output: a pass
 that keeps few buffers (`0.3 sin(t) t^10` keeps 2) ran 1.5-2x slower in chunks, so the
-loop is taken only where the buffers are large (`CHUNKED_MIN_BYTES`) and many
-(`CHUNKED_MIN_BUFFERS`). Past order 8 the rows of the pass's stacked outputs count as
-buffers as well (`_output_row_buffers`).
+loop is taken only where the buffers are large (`chunked_min_bytes`) and many
+(`chunked_min_buffers`), and only where the policy has `point_chunks` (XLA:CPU). Past
+order 8 the rows of the pass's stacked outputs count as buffers as well
+(`_output_row_buffers`). The figures are in docs/EMISSION.md ("Chunks of points").
 
 Differentiated itself (a `jax.jvp` or `jax.grad` inside the `vmap`), the primitive is the
 plain pass: its JVP is the pass's own, so reverse mode transposes ordinary JAX
@@ -31,35 +33,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat
+from . import _compat, _policy
 from ._count import iter_equations
 from ._once import computed_once_p
-from ._series import FUSED_CONCAT_MAX_OPERANDS
-
-# Points per chunk, and the buffers from which chunks are used (from 2 chunks of points
-# on). Measured with `jax.jit(jax.vmap(taylax.derivatives(f, K)))` against `jax.lax.map`
-# over chunks of the same (2 CPUs, float64, one process, interleaved with jet and nested
-# jvp; /tmp/w/chunk.py): at 1,048,576 points the damped wave and the growth chain at
-# K = 8 ran 0.33-0.35x the best of jet and nested jvp in chunks of 65,536 against
-# 0.62-0.66x as one vmap (16,384: 0.50x; 131,072: 0.36x), the growth chain at K = 16
-# 0.32x against 0.58x and at K = 4 0.53x against 0.73x, the damped wave at 262,144
-# points and K = 8 0.30x against 0.62x; at K = 2 (6 buffers, unmarked at that size)
-# chunks ran 1.1x slower, and `0.3 sin(t) t^10` (2 buffers) 1.5-2x slower at K = 2-8.
-CHUNK_POINTS = 1 << 16
-CHUNKED_MIN_BYTES = 32 << 20
-CHUNKED_MIN_BUFFERS = 8
-# Past order 16, smaller chunks from fewer bytes: at K = 32 the damped wave and the
-# growth chain ran 262 ms in chunks of 8,192 at 1,048,576 points against 327 / 496 ms
-# in chunks of 65,536 and 621 / 774 ms as one vmap, and 12.2 / 14.0 ms at 65,536 points
-# against 35.2 / 40.1 ms (the growth chain buffers 20 MB there); at K = 8 and 16 chunks
-# of 65,536 were the faster (42-95 ms against 47-110 ms). Fresh processes, 10 calls,
-# /tmp/w/chk.py, 2026-11-25. Orders past 32 are not measured and stay one vmap.
-HIGH_ORDER = 16
-HIGH_ORDER_CHUNK_POINTS = 1 << 13
-HIGH_ORDER_MIN_BYTES = 16 << 20
-CHUNKED_MAX_ORDER = 32
-# From these bytes when the output's rows are buffers of their own (`_output_row_buffers`).
-OUTPUT_ROWS_MIN_BYTES = 16 << 20
 
 chunked_call_p = _compat.Primitive("taylax_chunked_call")
 chunked_call_p.multiple_results = True
@@ -127,44 +103,41 @@ def buffered_bytes(equations) -> tuple[int, int]:
 def _chunk_points(points: int, program: PointProgram) -> tuple[int, bool] | None:
     """`(points per chunk, whether the pass is of high order)` for a batch of `points`,
     or None for one vmap."""
-    # What chunks save is XLA:CPU's (page faults, cache). On an H200 (jax 0.11.2, 1,048,576
-    # points, K = 4 / 8 / 16) chunks of 65,536 took 0.94-2.2x the time of one vmap,
-    # more in 8 of 9 cells.
-    if points < 2 * HIGH_ORDER_CHUNK_POINTS or jax.default_backend() != "cpu":
+    # What chunks save is XLA:CPU's (page faults, cache): the policy says where they pay.
+    p = _policy.current()
+    if not p.point_chunks or points < 2 * p.high_order_chunk_points:
         return None
     equations = list(iter_equations(program.closed))
     if any(e.primitive.name in _NAMED_AXIS_PRIMITIVES for e in equations):
         return None
     orders = [e.params["pass_order"] for e in equations if e.primitive is computed_once_p]
-    if any(order is None or order > CHUNKED_MAX_ORDER for order in orders):
+    if any(order is None or order > p.chunked_max_order for order in orders):
         return None
-    high = any(order > HIGH_ORDER for order in orders)
-    size = HIGH_ORDER_CHUNK_POINTS if high else CHUNK_POINTS
-    min_bytes = HIGH_ORDER_MIN_BYTES if high else CHUNKED_MIN_BYTES
+    high = any(order > p.high_order for order in orders)
+    size = p.high_order_chunk_points if high else p.chunk_points
+    min_bytes = p.high_order_min_bytes if high else p.chunked_min_bytes
     count, per_point = buffered_bytes(equations)
-    rows, row_bytes = _output_row_buffers(program.closed, max(orders, default=0))
+    rows, row_bytes = _output_row_buffers(program.closed, max(orders, default=0), p)
     if rows:
         # Rows written one buffer each fault from fewer bytes: `0.3 sin(t) t^10` at
         # K = 9-12 over 262,144 points (21-27 MiB) ran 0.28-0.36x the time in chunks; the
         # damped wave and the growth chain at K = 9-12 over 131,072 points 0.88-1.03x.
         count, per_point = count + rows, per_point + row_bytes
-        min_bytes = min(min_bytes, OUTPUT_ROWS_MIN_BYTES)
-    if points < 2 * size or count < CHUNKED_MIN_BUFFERS or per_point * points < min_bytes:
+        min_bytes = min(min_bytes, p.output_rows_min_bytes)
+    if points < 2 * size or count < p.chunked_min_buffers or per_point * points < min_bytes:
         return None
     return size, high
 
 
-def _output_row_buffers(closed, order: int) -> tuple[int, int]:
+def _output_row_buffers(closed, order: int, policy) -> tuple[int, int]:
     """Rows of the pass's stacked outputs that XLA writes to buffers of their own, and
     their bytes per point.
 
-    Past `FUSED_CONCAT_MAX_OPERANDS` rows XLA:CPU computes each row of a stack as a kernel
-    of its own and copies them into the stack: over a million points `0.3 sin(t) t^10`,
-    which keeps 2 values in buffers, wrote about 400 MB of fresh pages per call at K = 16
-    (102,402 minor faults, 144 ms); in chunks of 65,536 points 62 ms, and 0.26-0.63x the
-    time at K = 12-24 over 262,144 and 1,048,576 points (one process, /tmp/w/chk33.py).
+    Past the policy's `fused_concat_max_operands` rows XLA:CPU computes each row of a
+    stack as a kernel of its own and copies them into the stack, a fresh buffer per row
+    (docs/EMISSION.md, "Chunks of points").
     """
-    if order <= FUSED_CONCAT_MAX_OPERANDS:
+    if order <= policy.fused_concat_max_operands:
         return 0, 0
     rows, size = 0, 0
     for var in closed.jaxpr.outvars:

@@ -382,3 +382,20 @@ def gamma_sample_grad(sample, a, log_space: bool):
     from jax._src.random.core import _gamma_grad
 
     return _gamma_grad(sample, a, log_space=log_space)
+
+
+# The emission policy in force is part of JAX's trace context (like `jax.default_device`):
+# a function jitted or traced under one policy is traced again under another, instead of
+# JAX serving the program it cached for the first. Without this state (a JAX that lacks
+# it), taylax keeps the policy in a context variable and JAX's own caches ignore it.
+def trace_context_state(name: str, help_text: str):
+    """A JAX configuration state whose value is part of the jit cache key and the trace
+    context (`with state(value): ...`, `state.value`), or None where JAX has none."""
+    from jax._src import config as _config
+
+    try:
+        return _config.string_or_object_state(
+            name, None, help=help_text, include_in_jit_key=True, include_in_trace_context=True
+        )
+    except (AttributeError, TypeError):  # pragma: no cover - an older or newer JAX
+        return None

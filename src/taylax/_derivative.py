@@ -310,6 +310,7 @@ def _impl(*args, program, orders):
             jaxpr_token(program.closed.jaxpr),
             tuple(_const_key(c) for c in program.closed.consts),
             orders,
+            ks.policy(),
         )
     except _Uncacheable:
         key = None

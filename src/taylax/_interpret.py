@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _compat, _elementwise, _series as ks
+from . import _compat, _elementwise, _policy, _series as ks
 from ._series import Series
 
 
@@ -302,11 +302,12 @@ def eval_jaxpr_series(
     """Evaluate `jaxpr` on series inputs, truncating every series at `order`.
 
     `one_kernel`: whether the pass compiles into one kernel (`ks.one_kernel_pass`);
-    None keeps the enclosing pass's answer (a sub-jaxpr's pass is part of it).
+    None keeps the enclosing pass's answer (a sub-jaxpr's pass is part of it). An outermost
+    pass takes the emission policy in force within its budget (`taylax._policy.for_pass`).
     """
     if one_kernel is None:
         one_kernel = ks.one_kernel_pass()
-    with ks.taylor_pass(order, one_kernel):
+    with _policy.pass_scope(_policy.for_pass(jaxpr, order)), ks.taylor_pass(order, one_kernel):
         return _eval_jaxpr_series(jaxpr, consts, args, order)
 
 

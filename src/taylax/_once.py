@@ -6,7 +6,7 @@ division by an `opaque_one`, which XLA does not copy) makes XLA compute it once 
 buffer the readers share (see `taylax._series.computed_once`). A buffer has a price:
 written, read back and, for large arrays, freshly allocated on every call (glibc serves
 blocks past its `mmap` threshold afresh, so every page faults on first touch). At low
-orders the readers are few and the copies cheap, so above `UNMARKED_MIN_BYTES` a mark
+orders the readers are few and the copies cheap, so above the policy's `unmarked_min_bytes` a mark
 costs more than it saves.
 
 The size of a value is known only when the program is lowered: `jax.vmap` batches the
@@ -23,22 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _compat
-
-# At pass orders up to this, values of at least `UNMARKED_MIN_BYTES` stay unmarked.
-UNMARKED_MAX_ORDER = 4
-# At pass orders up to this, no value is marked: a kernel reads each coefficient at most
-# twice, and one fused kernel beat the marked buffers at every size (orders 2, the three
-# chains of `benchmarks/bench_batched.py`, 4,096 to 1,048,576 points: the damped wave
-# 0.43 ms against 0.53 ms marked at 65,536 points, 6.3 ms against 11.0 ms at 1,048,576).
-# At order 4 marks still paid off below `UNMARKED_MIN_BYTES` (the damped wave unmarked:
-# 1.75 ms against 0.59 ms at 65,536).
-UNMARKED_ANY_SIZE_MAX_ORDER = 2
-# 4 MiB: 524,288 float64 values (a million-point batch's rows are 8 MiB). Measured on
-# vmapped chains (2 CPUs, `0.3 sin(t) t^10`, the damped wave and the growth chain,
-# orders 2 and 4): unmarked ran 0.72-0.98x marked at 1,048,576 points and 1.2-1.8x at
-# 262,144 (2 MiB rows), where buffers stay in cache and are reused without faults.
-UNMARKED_MIN_BYTES = 1 << 22
+from . import _compat, _policy
 
 computed_once_p = _compat.Primitive("taylax_computed_once")
 
@@ -55,19 +40,26 @@ def mark(value, one, *, kind: str, pass_order: int | None):
     return computed_once_p.bind(value, one, kind=kind, pass_order=pass_order)
 
 
-def unmarked_at_any_size(order: int | None) -> bool:
-    """Whether no value of a pass of `order` (None: outside a pass) is lowered marked."""
-    return order is not None and order <= UNMARKED_ANY_SIZE_MAX_ORDER
-
-
-def stays_marked(aval, order: int | None) -> bool:
-    """Whether a value of abstract type `aval` in a pass of `order` is lowered marked."""
-    if order is None or order > UNMARKED_MAX_ORDER:
+def unmarked_at_any_size(order: int | None, policy=None) -> bool:
+    """Whether no value of a pass of `order` (None: outside a pass) is lowered marked
+    (the policy's `mark_values` and `unmarked_any_size_max_order`)."""
+    policy = policy or _policy.current()
+    if not policy.mark_values:
         return True
-    if unmarked_at_any_size(order):
+    return order is not None and order <= policy.unmarked_any_size_max_order
+
+
+def stays_marked(aval, order: int | None, policy=None) -> bool:
+    """Whether a value of abstract type `aval` in a pass of `order` is lowered marked:
+    always past the policy's `unmarked_max_order`, below it where the value is smaller
+    than `unmarked_min_bytes` (a buffer of that size stays in cache)."""
+    policy = policy or _policy.current()
+    if unmarked_at_any_size(order, policy):
         return False
+    if order is None or order > policy.unmarked_max_order:
+        return True
     size = math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
-    return size < UNMARKED_MIN_BYTES
+    return size < policy.unmarked_min_bytes
 
 
 def _marked(value, one, *, kind, pass_order):
@@ -83,7 +75,9 @@ _lower_marked = _compat.mlir.lower_fun(_marked, multiple_results=True)
 
 
 def _lower(ctx, value, one, *, kind, pass_order):
-    if stays_marked(ctx.avals_in[0], pass_order):
+    # Lowered for a known platform: its policy decides, unless a user set one.
+    policy = _policy.for_lowering(ctx.module_context.platforms)
+    if stays_marked(ctx.avals_in[0], pass_order, policy):
         return _lower_marked(ctx, value, one, kind=kind, pass_order=pass_order)
     return [value]
 

@@ -23,13 +23,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import _compat
+from . import _compat, _policy
 from ._count import iter_equations
 
-# Orders up to this: a stack of at most 8 rows is one fused concatenate on XLA:CPU
-# (`taylax._series.FUSED_CONCAT_MAX_OPERANDS`), and past order 4 passes mark every
-# value they keep (`taylax._once.UNMARKED_MAX_ORDER`).
-ONE_KERNEL_MAX_ORDER = 4
 # Primitives whose Taylor rules emit only products and sums of rows, and `sin`/`cos`.
 _POLYNOMIAL_AND_TRIG = frozenset(
     {
@@ -57,9 +53,11 @@ def fits_one_kernel(jaxpr: _compat.Jaxpr, order: int) -> bool:
 
     True for a function from scalars to one real scalar built from sums, products,
     integer powers, `sin` and `cos` (through nested `jax.jit` too), at orders 1 to
-    `ONE_KERNEL_MAX_ORDER`.
+    the policy's `one_kernel_max_order` (on XLA:CPU a stack of at most 8 rows is one fused
+    concatenate, and past order 4 passes mark every value they keep).
     """
-    if not 1 <= order <= ONE_KERNEL_MAX_ORDER or len(jaxpr.outvars) != 1:
+    max_order = _policy.for_pass(jaxpr, order).one_kernel_max_order
+    if not 1 <= order <= max_order or len(jaxpr.outvars) != 1:
         return False
     out = jaxpr.outvars[0].aval
     if not jnp.issubdtype(out.dtype, jnp.floating):

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _biharmonic
+from . import _biharmonic, _policy
 from ._api import _cached_program, _trace
 from ._collapsed import Collapsed, eval_jaxpr_collapsed, seed, top_or_zeros
 
@@ -85,27 +85,10 @@ def _collapsed_program(order: int, summed: bool, weighted: bool, constant_weight
     return make
 
 
-# Blocks of directions for a summed pass with at least `BLOCKED_MIN_DIRECTIONS` of them
-# (`_run`), on the CPU backend. One pass over every direction fills a (points, d, width)
-# buffer of hidden rows, 34 MB for a tanh MLP d = 128 -> 128 -> 128 -> 1 at 256 points
-# in float64, that page-faults afresh on every call: folx and one pass ran 22-25 ms there.
-# Up to `UNROLLED_MAX_BLOCKS` blocks (at least 2, of at most `UNROLLED_BLOCK` directions,
-# equal sizes) are unrolled: at d = 64 / 128 / 256 in float64 they ran 3.4-3.9 /
-# 7.3-8.3 / 16.6-16.8 ms with 650-2,900 minor faults per call in every fresh process
-# (6 / 6 / 3 processes; folx 11.0 / 22.2 / 42-47 ms). Past that many, a loop over blocks
-# of `DIRECTION_BLOCK` (one copy of the pass to compile). The loop's median was lower,
-# 5.95 ms at d = 128, but a quarter of the processes ran it at folx's speed (22 ms at
-# d = 128, 43.7 at 256, 17,000 faults per call), as glibc handed each step's buffers
-# back; blocks of 64 in the loop did worse (19-43 ms at d = 256). float32 at d = 128:
-# 3.5-3.9 ms unrolled, 3.2-11.7 in the loop, folx 3.6-12.6 (/tmp/w/dist.sh, 2026-11-25).
-# Blocks cost compile time: a loop about 0.05-0.07 s on XLA:CPU whatever its body (a
-# minimal `lax.scan` of eight steps compiled in 0.054 s against 0.007 s for one step).
-# The first call at d = 128 in float64 took 0.16-0.17 s unrolled and in the loop,
-# against folx's 0.11-0.13 s.
-BLOCKED_MIN_DIRECTIONS = 64
-UNROLLED_BLOCK = 64
-UNROLLED_MAX_BLOCKS = 4
-DIRECTION_BLOCK = 16
+# Blocks of directions for a summed pass with many of them (`_run`), where the policy
+# takes them (XLA:CPU): one pass over every direction fills a (points, d, width) buffer of
+# hidden rows that page-faults afresh on every call; blocks keep the buffers small enough
+# for glibc to reuse. Figures in docs/EMISSION.md ("Blocks of directions").
 
 
 def _run(fun, x, args, order, directions, weights, summed, api):
@@ -126,14 +109,14 @@ def _run(fun, x, args, order, directions, weights, summed, api):
     if not weighted:
         weights = jnp.zeros((0,), x.dtype)
     count = directions.shape[0]
-    # Blocks save XLA:CPU's page faults; on an H200 they ran as fast as one pass (d = 32,
-    # 128: 0.10 / 0.16 ms either way), so accelerators keep the one pass.
-    if not summed or count < BLOCKED_MIN_DIRECTIONS or jax.default_backend() != "cpu":
+    # Blocks save XLA:CPU's page faults; the policy says where they are taken.
+    policy = _policy.current()
+    if not summed or not policy.blocked_directions or count < policy.blocked_min_directions:
         _, tops = program(consts, x, arg_leaves, directions, weights)
         return tops, out_tree
     # Summed tops add up over blocks of directions: each block's per-direction values
     # (a hidden layer's rows for every direction of the block) make buffers a fraction
-    # of the size, which glibc keeps from call to call (see `UNROLLED_BLOCK`).
+    # of the size, which glibc keeps from call to call (see the policy's `unrolled_block`).
 
     def block_of(start, size):
         if isinstance(start, int):
@@ -144,8 +127,8 @@ def _run(fun, x, args, order, directions, weights, summed, api):
             block_weights = lax.dynamic_slice_in_dim(weights, start, size) if weighted else weights
         return consts, x, arg_leaves, block_directions, block_weights
 
-    blocks = max(2, -(-count // UNROLLED_BLOCK))
-    if blocks <= UNROLLED_MAX_BLOCKS:
+    blocks = max(2, -(-count // policy.unrolled_block))
+    if blocks <= policy.unrolled_max_blocks:
         size = -(-count // blocks)
         tops = None
         for start in range(0, count, size):
@@ -154,15 +137,16 @@ def _run(fun, x, args, order, directions, weights, summed, api):
         return tops, out_tree
     # Many blocks: the full ones in a loop (one copy of the pass to compile), a remainder
     # after it.
-    full = count // DIRECTION_BLOCK * DIRECTION_BLOCK
+    block = policy.direction_block
+    full = count // block * block
 
     def step(total, start):
-        _, block_tops = program(*block_of(start, DIRECTION_BLOCK))
+        _, block_tops = program(*block_of(start, block))
         return [a + b for a, b in zip(total, block_tops)], None
 
-    _, shapes = jax.eval_shape(program, *block_of(0, DIRECTION_BLOCK))
+    _, shapes = jax.eval_shape(program, *block_of(0, block))
     zeros = [jnp.zeros(t.shape, t.dtype) for t in shapes]
-    tops, _ = lax.scan(step, zeros, jnp.arange(0, full, DIRECTION_BLOCK))
+    tops, _ = lax.scan(step, zeros, jnp.arange(0, full, block))
     if full < count:
         _, rest = program(*block_of(full, count - full))
         tops = [a + b for a, b in zip(tops, rest)]

@@ -7,13 +7,13 @@ be zero. Constants have `d = 0` (and are stored unstacked), a seed `x + s v`
 has `d = 1`; products add degrees. This static knowledge is what makes
 constants and seeds cost nothing extra.
 
-The kernels below work on stacked arrays. Products are sums of row products up to
-order 8 and shifted sums above (a few equations per coefficient of the lower-degree
-factor). The recurrences that define
-nonlinear functions run unrolled at small orders, and at orders up to 32 where the
-known factor has a low degree (a few terms per coefficient), and above as one
-`lax.fori_loop` over blocks of a few coefficients: the number of equations grows at
-most linearly with `K`.
+The kernels below work on stacked arrays. Products are sums of row products at low
+orders and shifted sums above (a few equations per coefficient of the lower-degree
+factor). The recurrences that define nonlinear functions run unrolled at low orders
+(and at higher ones where the known factor has a low degree: a few terms per
+coefficient), and above as one `lax.fori_loop` over blocks of a few coefficients. Where
+each form is taken is the emission policy's choice (`policy()`, `taylax._policy`), per
+platform.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _once
+from . import _once, _policy
 
 Array = jax.Array
 
@@ -443,7 +443,7 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
     linearly in the lower degree above the unrolled range (a few equations per
     coefficient).
 
-    On XLA:CPU the row sums go on to `ROWS_MAX_ORDER` for a product read one row at a
+    On XLA:CPU the row sums go on to `rows_max_order` for a product read one row at a
     time (`by_rows`) and for two factors with rows of their own (`has_separate_rows`).
     """
     ndim = max(a.ndim, b.ndim) - 1
@@ -469,6 +469,11 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
         # process): 0.57-0.95x; at order 12 0.42-1.1x, at 16 1.0-1.6x, hence the bound.
         shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
         return _stack_rows(cauchy_rows(a, b, degree), shape, jnp.result_type(a, b))
+    if a.ndim == 1 and policy().scalar_products_as_dots:
+        # Scalar series: one matrix-vector product with b's Toeplitz table. A dot is a
+        # kernel of its own, which bounds the expressions XLA fuses in a large program.
+        table = toeplitz(b, degree + 1, da + 1)
+        return lax.dot_general(table, a, (((1,), (0,)), ((), ())))
     terms = min(da, degree) + 1
     return _shifted_sum(lambda i: lax.index_in_dim(a, i, keepdims=True), terms, b, degree)
 
@@ -589,67 +594,32 @@ def push_window(source: Array, m, order: int, offset: int) -> Array:
 # which XLA:CPU runs an order of magnitude slower for arrays.
 
 
-# Recurrences up to this order run unrolled, one coefficient at a time: straight-line
-# elementwise code that XLA fuses into one kernel per output, with every coefficient
-# computed once per element (a loop sweeps the whole stacked state once per step).
-# Above it, the loop: unrolled pull form emits O(order^2) equations.
-UNROLL_MAX_ORDER = 8
-# ... and up to this order when the series that multiplies the unknown has at most
-# `UNROLL_MAX_DEGREE` (a polynomial in the seed: exp(-t^2), 1/(1 + t^2), sqrt(1 + t^2)).
-# Coefficient k then sums min(k, degree) terms: the program grows linearly in the
-# order, and runs 2-3x faster than the loop at orders 16-32 (N = 65,536, float64).
-# Past it XLA's compile time grows faster than the program (3.7 s at order 48).
-UNROLL_MAX_DEGREE = 4
-UNROLL_LOW_DEGREE_MAX_ORDER = 32
-
-# Up to this order, work on rows that are buffers or closed forms of their own
-# (`has_separate_rows`) stays in rows too:
-# - a recurrence whose input has such rows runs unrolled (exp(sin t), cos(t) / (2 +
-#   sin t): a row reads rows, no column of a stack);
-# - a product whose only readers take it row by row (the numerator of a division, see
-#   `divide`) is a sum of row products, so the reader gets each row as its own buffer.
-# Quadratic in the order, hence the bound. Products read as one stack keep the shifted
-# sum (rows ran 1.0-1.6x slower at order 16). The first call pays for the rows:
-# exp(-t^2/2) cos(3t) / (1 + t^2) vmapped over 65,536 points, two fresh processes each,
-# 0.60-0.69 s against 0.50-0.53 s at order 12 and 0.81-0.92 s against 0.54-0.58 s at
-# 16, for 10-13 ms less per call.
-ROWS_MAX_ORDER = 16
-
-
-# Off XLA:CPU, products past this order are shifted sums, whoever reads them.
-OFF_CPU_PRODUCT_ROWS_MAX_ORDER = 4
+def policy():
+    """The emission policy in force (`taylax._policy.current`): every choice below of rows
+    or stacks, unrolled or looped, reads it; its measurements are in docs/EMISSION.md."""
+    return _policy.current()
 
 
 def product_rows_max_order(read_by_rows: bool = True) -> int:
-    """Up to which order a product is a sum of row products (`cauchy`).
-
-    On XLA:CPU `ROWS_MAX_ORDER` for a product read row by row or whose two factors have
-    rows of their own (`read_by_rows`), `UNROLL_MAX_ORDER` for the others. On other
-    backends `OFF_CPU_PRODUCT_ROWS_MAX_ORDER` for every product.
-
-    Measured on an H200 (jax 0.11.2, `jax.jit(jax.vmap(taylax.derivatives(f, K)))` over
-    1,048,576 points, float64, the three chains of `benchmarks/bench_batched.py`):
-    - past order 8, shifted sums against row sums (one process per setting) at orders 12
-      and 16 ran 1.3-2.3x faster: `0.3 sin(t) t^10` 0.40 against 0.87 ms at 16, the
-      damped wave 0.90 against 2.07 ms, the growth chain 1.48 against 1.93 ms;
-    - past order 4, against past order 8 (one process, 20 calls back to back per
-      sample) at order 8: 0.114 against 0.184 ms, 0.314 against 0.337 ms, 0.301
-      against 0.335 ms; the tanh MLP (width 128, batch 2048) 0.182 ms both.
-    Capping the other uses of rows (closed forms, recurrences, composition) at 8 there
-    gained less or lost; at 4, the MLP's tanh recurrence ran 250x slower at order 8.
-    """
-    if jax.default_backend() != "cpu":
-        return OFF_CPU_PRODUCT_ROWS_MAX_ORDER
-    return ROWS_MAX_ORDER if read_by_rows else UNROLL_MAX_ORDER
+    """Up to which order a product is a sum of row products (`cauchy`): the policy's
+    `product_rows_max_order` for a product read row by row or whose two factors have
+    rows of their own (`read_by_rows`), `stacked_product_rows_max_order` for the others.
+    Past it, a shifted sum of stacks (a few equations per coefficient)."""
+    p = policy()
+    return p.product_rows_max_order if read_by_rows else p.stacked_product_rows_max_order
 
 
 def unrolled(order: int, degree: int | None = None, separate_rows: bool = False) -> bool:
     """Whether a recurrence of `order` whose known factor has `degree` (and, with
-    `separate_rows`, rows of its own: `has_separate_rows`) runs unrolled."""
-    if order <= UNROLL_MAX_ORDER or (separate_rows and order <= ROWS_MAX_ORDER):
+    `separate_rows`, rows of its own: `has_separate_rows`) runs unrolled: up to the
+    policy's `unroll_max_order`, up to `rows_max_order` for rows of their own, and up to
+    `unroll_low_degree_max_order` where the factor's degree is at most
+    `unroll_max_degree` (a coefficient then sums a few terms: linear in the order)."""
+    p = policy()
+    if order <= p.unroll_max_order or (separate_rows and order <= p.rows_max_order):
         return True
-    low = degree is not None and degree <= UNROLL_MAX_DEGREE
-    return low and order <= UNROLL_LOW_DEGREE_MAX_ORDER
+    low = degree is not None and degree <= p.unroll_max_degree
+    return low and order <= p.unroll_low_degree_max_order
 
 
 def _rows(c: Array, count: int) -> list[Array]:
@@ -715,7 +685,7 @@ def with_known_rows(stacked: Array, rows: list[Array]) -> Array:
     """`stacked` (equal to `jnp.stack(rows)`), remembering `rows` as its rows (`known_rows`).
 
     For closed forms whose stack XLA should fuse into its readers: a concatenate of more
-    than `FUSED_CONCAT_MAX_OPERANDS` rows is not fused, and each of its rows becomes a
+    than `fused_concat_max_operands()` rows is not fused, and each of its rows becomes a
     kernel of its own. Readers of a row still take the row itself.
     """
     stacked = jnp.asarray(stacked)
@@ -726,11 +696,10 @@ def with_known_rows(stacked: Array, rows: list[Array]) -> Array:
     return stacked
 
 
-# XLA:CPU fuses a concatenate of at most this many operands into its readers; past it,
-# each operand becomes a kernel of its own (measured with 3..12 rows of `cos(x) c_k`,
-# scalar and 4,096 points: one kernel up to 8 rows, n + 1 from 9). The complex cosine
-# series of the jitted recursion (`taylax._recursion`) at order 8 was 11 of its 36 kernels.
-FUSED_CONCAT_MAX_OPERANDS = 8
+def fused_concat_max_operands() -> int:
+    """How many rows a stack may have and still be fused into its readers (the policy's
+    `fused_concat_max_operands`: XLA:CPU's limit on a fused concatenate)."""
+    return policy().fused_concat_max_operands
 
 
 def leading_rows(c: Array, count: int) -> Array:
@@ -766,10 +735,10 @@ def known_rows(c: Array) -> list[Array] | None:
     under `vmap` the stack is a (points, coefficients) array, a concatenate along the
     minor axis, which XLA:CPU always materializes; a slice of it reads that buffer,
     whereas the row's own few products fuse into the reader. A stack no reader takes
-    whole is then never built. In loop bodies only up to `LOOP_ROWS_MAX_ORDER`
+    whole is then never built. In loop bodies only up to the policy's `loop_rows_max_order`
     (`in_loop_body`).
     """
-    if in_loop_body() and degree_of(c) > LOOP_ROWS_MAX_ORDER:
+    if in_loop_body() and degree_of(c) > policy().loop_rows_max_order:
         return None
     return _ROW_LISTS.get(id(c)) if has_separate_rows(c) else None
 
@@ -791,7 +760,7 @@ def loop_body():
 def in_loop_body() -> bool:
     """Whether the rules now running trace the body of a `while` or `scan` (`loop_body`).
 
-    There, past `LOOP_ROWS_MAX_ORDER`, stacks stay stacks: closed forms and powers are
+    There, past the policy's `loop_rows_max_order`, stacks stay stacks: closed forms and powers are
     built stacked (`rows_wanted`) and readers slice them (no `known_rows`). A stack of
     rows is a concatenate whose rows XLA:CPU computes as kernels of their own, and a
     linear operation on rows stacks its result's rows again; a loop runs each of those
@@ -802,17 +771,11 @@ def in_loop_body() -> bool:
     return _IN_LOOP_BODY.get()
 
 
-# In loop bodies, rows up to this order only (see `in_loop_body`). RK4 along a direction
-# (100 steps, unvmapped, one process, min of 300 calls), rows against stacks: 43 / 45 us
-# at order 2, 79 / 92 us at 4, 149 / 156 us at 6, 320 / 246 us at 8; vmapped over 4,096
-# initial values the same at orders 2 and 4.
-LOOP_ROWS_MAX_ORDER = 4
-
-
 def rows_wanted(order: int) -> bool:
     """Whether closed forms and powers of `order` are built row by row (`known_rows`):
-    up to `ROWS_MAX_ORDER`, and in loop bodies up to `LOOP_ROWS_MAX_ORDER`."""
-    limit = LOOP_ROWS_MAX_ORDER if in_loop_body() else ROWS_MAX_ORDER
+    up to the policy's `rows_max_order`, and in loop bodies up to `loop_rows_max_order`."""
+    p = policy()
+    limit = p.loop_rows_max_order if in_loop_body() else p.rows_max_order
     return order <= limit
 
 
@@ -838,19 +801,14 @@ def has_separate_rows(c: Array) -> bool:
     return _SEPARATE_ROWS.get(id(c)) is c
 
 
-# Above the unrolled range, recurrences run by blocks of `RECURRENCE_BLOCK` rows: a
-# `lax.fori_loop` over blocks whose body computes its rows unrolled (the terms between
-# rows of the same block as products of single rows) and then adds the block's
-# contributions to every later row of an accumulator, one windowed product per row.
-# The loop sweeps the stacked state once per block instead of once per row. Time against
-# one row per step (exp(sin t) sqrt(1 + t^2), float64, one process, N = 4,096 / 65,536 /
-# 1,048,576): 1.12 / 0.65 / 0.65x at order 12 (0.48x at 4,096 in another run), 0.77 /
-# 0.69 / 0.51x at 16, 0.68 / 0.47 / 0.45x at 32, and 0.78 / 0.52x at 64 (N <= 65,536).
-# RK4 on a pendulum (one point, order 16): 0.55x. Blocks of 6 ran within 10% of 4 but
-# compiled slower (RK4, order 16: 1.0-1.2 s against 0.75 s; one row per step: 0.5 s);
-# blocks of 3 ran slower at order 32. The order is rounded up to whole blocks, so the
-# body is the whole program: its size does not depend on the order.
-RECURRENCE_BLOCK = 4
+# Above the unrolled range, recurrences run by blocks of the policy's `recurrence_block`
+# rows: a `lax.fori_loop` over blocks whose body computes its rows unrolled and then adds
+# the block's contributions to every later row of an accumulator, so the loop sweeps the
+# stacked state once per block instead of once per row. The order is rounded up to whole
+# blocks, so the body is the whole program: its size does not depend on the order.
+def recurrence_block() -> int:
+    """Rows per step of a blocked recurrence (the policy's `recurrence_block`)."""
+    return policy().recurrence_block
 
 
 def _blocked_rows(
@@ -874,6 +832,7 @@ def _blocked_rows(
     inside the loop, as is `k`.
     """
     n = len(y0s)
+    block = recurrence_block()
     y0s = [jnp.broadcast_to(jnp.asarray(y0, dtype), shape) for y0 in y0s]
     ys = [fresh(y0, order, dtype) for y0 in y0s]
     zeros = jnp.zeros((order + 1,) + tuple(shape), dtype)
@@ -881,13 +840,11 @@ def _blocked_rows(
 
     def body(b, carry):
         ys, accs = carry
-        start = 1 + b * RECURRENCE_BLOCK
-        acc_rows = [
-            _rows(slice_rows(acc, start, RECURRENCE_BLOCK), RECURRENCE_BLOCK) for acc in accs
-        ]
+        start = 1 + b * block
+        acc_rows = [_rows(slice_rows(acc, start, block), block) for acc in accs]
         rows: list[list] = [[] for _ in range(n)]
         gs: list[list] = [[] for _ in range(n)]
-        for r in range(RECURRENCE_BLOCK):
+        for r in range(block):
             for i in range(n):
                 total = acc_rows[i][r]
                 for q in range(r):
@@ -905,12 +862,13 @@ def _blocked_rows(
                 accs[i] = push(accs[i], start + q, g)
         return ys, accs
 
-    return lax.fori_loop(0, order // RECURRENCE_BLOCK, body, (ys, accs))[0]
+    return lax.fori_loop(0, order // block, body, (ys, accs))[0]
 
 
 def blocked_span(order: int) -> int:
     """`order` rounded up to whole blocks: the rows past it are computed and dropped."""
-    return -(-order // RECURRENCE_BLOCK) * RECURRENCE_BLOCK
+    block = recurrence_block()
+    return -(-order // block) * block
 
 
 def _weighted_sum(weights, rows: list[Array]) -> Array | None:
@@ -935,7 +893,7 @@ def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array
     shape = jnp.broadcast_shapes(x.shape[1:], *[jnp.shape(y0) for y0 in y0s])
     span = blocked_span(order)
     x = jnp.broadcast_to(pad_degree(x, span), (span + 1,) + shape).astype(dtype)
-    xs, jx = _derivative_rows(x, dtype, RECURRENCE_BLOCK - 1)
+    xs, jx = _derivative_rows(x, dtype, recurrence_block() - 1)
     source = forward_source(derivative_series(x), span, 1)
     ys = _blocked_rows(
         span,
@@ -983,7 +941,7 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
     shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
     dtype = jnp.result_type(a, b)
     if (
-        order > UNROLL_MAX_ORDER
+        order > policy().unroll_max_order
         and unrolled(order, degree_of(b))
         and degree_of(a) > degree_of(b)
         and not has_separate_rows(a)
@@ -993,7 +951,7 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
         # their own (`has_separate_rows`; cos(3t) over 1 + t^2 at N = 65,536, orders
         # 12 / 16 / 24 / 32, one process: 0.56 / 0.21 / 0.22 / 0.64x this form, and
         # 0.23 / 0.30x for exp(-t^2/2) cos(3t) at 12 / 16 with the product as rows,
-        # `ROWS_MAX_ORDER`). `a * (1/b)` reads `a` once: the reciprocal's rows
+        # `rows_max_order`). `a * (1/b)` reads `a` once: the reciprocal's rows
         # come from b's few coefficients, the product is one kernel. Against the product
         # with the reciprocal stacked by selects (cos(3t), exp(sin t), exp(-t^2/2) cos(3t)
         # over 1 + t^2 and sqrt(1 + t^2) sin(t) over 2 + t, orders 12-32, N = 4,096 /
@@ -1016,7 +974,7 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
     span = blocked_span(order)
     a = jnp.broadcast_to(pad_degree(a, span), (span + 1,) + shape).astype(dtype)
     b = jnp.broadcast_to(pad_degree(b, span), (span + 1,) + shape).astype(dtype)
-    b_rows = _rows(b, RECURRENCE_BLOCK)
+    b_rows = _rows(b, recurrence_block())
     source = forward_source(b, span, 0)
     return _blocked_rows(
         span,
@@ -1093,7 +1051,7 @@ def power(x: Array, p, y0: Array, order: int) -> Array:
         return _stack_rows(ys, shape, dtype)
     span = blocked_span(order)
     x = jnp.broadcast_to(pad_degree(x, span), (span + 1,) + shape).astype(dtype)
-    x_rows = _rows(x, RECURRENCE_BLOCK)
+    x_rows = _rows(x, recurrence_block())
     ks = orders(span, len(shape), dtype)
     jx_source = forward_source(ks * x, span, 0)
     x_source = forward_source(x, span, 0)
@@ -1242,7 +1200,7 @@ def compose(x: Array, taylor_coeffs: Array, order: int) -> Array:
     """
     dtype = jnp.result_type(x, taylor_coeffs)
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(taylor_coeffs)[1:])
-    if order <= ROWS_MAX_ORDER:
+    if order <= policy().rows_max_order:
         return _compose_rows(x, taylor_coeffs, order, shape, dtype)
     x = pad_degree(x, order)
     x = jnp.broadcast_to(x, (order + 1,) + shape).astype(dtype)

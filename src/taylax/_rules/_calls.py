@@ -39,13 +39,15 @@ def from_outputs(arrays, avals) -> list[Series]:
 
 
 def jit_per_jaxpr(cache: weakref.WeakKeyDictionary, closed, key, body: Callable, name: str):
-    """`jax.jit` of `body(closed, *args)`, cached per `closed` (a weak key) and `key`.
+    """`jax.jit` of `body(closed, *args)`, cached per `closed` (a weak key), `key` and the
+    emission policy in force (which shapes what `body` emits).
 
     The jitted function reaches `closed` through a weak reference: it is the value of the
     cache's entry for `closed`, so a strong one would keep that entry alive for ever. It
     only runs while `closed` lives.
     """
     per_jaxpr = cache.setdefault(closed, {})
+    key = (key, ks.policy())
     fn = per_jaxpr.get(key)
     if fn is None:
         closed_ref = weakref.ref(closed)

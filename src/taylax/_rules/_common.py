@@ -11,7 +11,7 @@ from jax import lax
 
 from .._compat import Primitive
 from .._interpret import register_rule
-from .._series import Series, lift, pad_degree, unrolled, with_primal
+from .._series import Series, lift, pad_degree, policy, unrolled, with_primal
 
 
 def is_inexact(x: Series) -> bool:
@@ -114,14 +114,12 @@ def weighted_sum(xs: Sequence[Series], weights: Sequence, primal) -> Series:
 
 
 # Elementwise rules whose recurrences sweep the whole (order+1, *shape) state once
-# per coefficient are memory-bound on large arrays. Running them on chunks of the
-# elements that fit in cache (one `lax.map`) is several times faster; the target
-# is about this many stacked elements per chunk.
-CHUNK_ELEMENTS = 8192
-
-
-def chunk_size(order: int) -> int:
-    target = max(64, CHUNK_ELEMENTS // (order + 1))
+# per coefficient are memory-bound on large arrays. On XLA:CPU, running them on chunks
+# of the elements that fit in cache (one `lax.map`) is several times faster; the
+# policy's `element_chunk` is the target number of stacked elements per chunk (None on
+# platforms where the loop only serializes the work, as on GPUs).
+def chunk_size(order: int, element_chunk: int) -> int:
+    target = max(64, element_chunk // (order + 1))
     return 1 << (target.bit_length() - 1)
 
 
@@ -135,9 +133,12 @@ def chunked(rule):
     def wrapped(order, *xs, **params):
         shape = tuple(jnp.broadcast_shapes(*[x.shape for x in xs]))
         size = int(np.prod(shape)) if shape else 1
-        width = chunk_size(order)
+        element_chunk = policy().element_chunk
         # Unrolled recurrences are straight-line elementwise code: nothing to chunk.
-        if unrolled(order) or size < 2 * width or all(x.is_constant for x in xs):
+        if element_chunk is None or unrolled(order) or all(x.is_constant for x in xs):
+            return rule(order, *xs, **params)
+        width = chunk_size(order, element_chunk)
+        if size < 2 * width:
             return rule(order, *xs, **params)
         count = -(-size // width)
         padded = count * width

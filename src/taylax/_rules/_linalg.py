@@ -76,7 +76,7 @@ def _dot_general(order, a, b, *, dimension_numbers, **params):
     work = math.prod(x.shape) * math.prod(
         y.shape[d] for d in _split_dims(y.ndim, y_contract, y_batch)
     )
-    if work <= _SMALL_PRODUCT:
+    if work <= ks.policy().small_product:
         out = _dot_general_by_multiply(x, y, dimension_numbers=dims, **params)
     else:
         out = lax.dot_general(x, y, dims, **params)
@@ -119,25 +119,16 @@ def _takes_pair_dots(a: Series, b: Series, degree: int, dimension_numbers) -> bo
     of rows (`_pair_dots`) rather than one dot over a Toeplitz table."""
     (_, bc), (_, bb) = dimension_numbers
     work = math.prod(a.shape) * math.prod(b.shape[d] for d in _split_dims(len(b.shape), bc, bb))
-    return degree <= _PAIR_DOTS_MAX_DEGREE and work >= _PAIR_DOTS_MIN_WORK
-
-
-# One dot per pair of rows up to this degree ((K + 1)(K + 2) / 2 dots, a kernel each: past
-# it the Toeplitz table keeps the program linear in K) and from this many multiply-adds per
-# dot. Against the table (one process, minimum of 15 interleaved calls, float64, 2-core
-# CPU, `tanh(sin(X) tanh(X W)^T)` along a direction): 0.82 / 0.73 / 0.62x at K = 2 / 4 / 8
-# for 32 x 32, 0.91 / 0.73 / 0.57x for 128 x 128, 0.67 / 0.67 / 0.82x for 8 x 128 x 64
-# batched; 1.08-1.24x for 8 x 8 and 1.00-1.05x for 16 x 16 (smaller than this bound). The
-# first call grew by 60-150 ms (45 dots at K = 8: 525 against 411 ms for 32 x 32).
-_PAIR_DOTS_MAX_DEGREE = 8
-_PAIR_DOTS_MIN_WORK = 1 << 15
+    p = ks.policy()
+    return degree <= p.pair_dots_max_degree and work >= p.pair_dots_min_work
 
 
 def _takes_row_dots(shape, dtype, degree: int) -> bool:
     """Whether a series of `degree` with rows of `shape` times a constant matrix is one
     dot per row (the rule and its `row_readers` entry decide with this one test)."""
     row_bytes = math.prod(shape) * jnp.dtype(dtype).itemsize
-    return degree <= _ROW_DOTS_MAX_DEGREE and row_bytes >= _ROW_DOTS_MIN_BYTES
+    p = ks.policy()
+    return degree <= p.row_dots_max_degree and row_bytes >= p.row_dots_min_bytes
 
 
 def _dot_reads_rows(eqn, operand: int, order: int, others_constant: bool) -> bool:
@@ -152,19 +143,6 @@ def _dot_reads_rows(eqn, operand: int, order: int, others_constant: bool) -> boo
 
 
 row_readers[lax.dot_general_p] = _dot_reads_rows
-
-# A series times a constant matrix is one dot per row (`_row_dots`) up to this degree (a
-# dot kernel each, so the first call grows with it: a tanh MLP of width 128 and batch
-# 2048 at K = 8, first call in two fresh processes each, 0.52-0.56 s against 0.47-0.56 s
-# with one dot) and from this row size.
-_ROW_DOTS_MAX_DEGREE = 8
-_ROW_DOTS_MIN_BYTES = 2 << 20
-
-# A Cauchy product of small matrices is cheaper as one fused multiply-and-sum than
-# as (degree+1) small dots: XLA:CPU emits every dot as its own kernel, which costs
-# compile time (measured: nested jacfwd of 2x2 matrix recursions), and fuses the
-# multiply-and-sum with its neighbours.
-_SMALL_PRODUCT = 1 << 14
 
 
 def _split_dims(ndim, contract, batch):

@@ -47,7 +47,7 @@ def _cycle_rows(values, weights: np.ndarray) -> Array:
     buffer by a number (`ks.known_rows`), with no stacked copy in between. Past the rows
     XLA:CPU fuses as a concatenate, the stack itself is `_cycle`'s one expression."""
     rows = [ks.times_number(values[k % len(values)], w) for k, w in enumerate(weights)]
-    if len(rows) <= ks.FUSED_CONCAT_MAX_OPERANDS:
+    if len(rows) <= ks.fused_concat_max_operands():
         return ks.stack_rows(rows)
     return ks.with_known_rows(_cycle(values, weights), rows)
 
@@ -239,7 +239,7 @@ def _riccati_factor(kind: str, x0, y0):
 def _polynomial_line(kind: str, x0, y0, order: int, scale: float = 1.0):
     table = _derivative_polynomials(kind, order)
     dtype = jnp.result_type(y0)
-    if order <= _POLYNOMIAL_ROWS_MAX_ORDER:
+    if order <= ks.policy().polynomial_rows_max_order:
         return _polynomial_line_rows(table, kind, x0, jnp.asarray(y0, dtype), scale)
     # Scaled adds `sum_j C[:, j] y0^j` (Horner in y0), not a matmul over the table: one
     # fused elementwise kernel; as a (K+1, K+2) dot it ran as a general matmul per element.
@@ -268,12 +268,6 @@ def _polynomial_line_rows(table: np.ndarray, kind: str, x0, y0, scale: float):
             poly = poly * y0 + coeffs[j] if coeffs[j] else poly * y0
         rows.append(slope * poly)
     return ks.stack_rows(rows)
-
-
-# `_polynomial_line` row by row up to this order. Past 1 the rows read tanh and the slope
-# again (tanh along a direction, 32 x 32 x 32 x 16: 1.38 / 2.16 ms at K = 2 / 4 by rows,
-# 1.26 / 1.33 stacked; 0.98 against 1.06 ms at K = 1).
-_POLYNOMIAL_ROWS_MAX_ORDER = 1
 
 
 def _tanh(order, x):

@@ -1,0 +1,350 @@
+"""The emission policy: every choice of *how* a Taylor pass is written as JAX operations.
+
+A Taylor rule fixes what a pass computes; the policy fixes how it is emitted, which
+changes no value but decides how fast XLA compiles and runs the program on a platform:
+recurrences unrolled or in a loop, a value's coefficients as separate rows or as one
+stacked array, large arrays in chunks of elements or of points, values marked to be
+computed once into a buffer, blocks of directions for operators.
+
+One immutable `EmissionPolicy` holds them all, with one instance per platform family
+(`CPU` for XLA:CPU, `GPU` for CUDA and ROCm, `DEFAULT` for anything else). The rules
+ask `current()`, which returns, in this order:
+
+1. the policy a user set with `taylax.emission_policy(...)` (a context manager),
+2. else the policy of the platform the program is being built for: the platform of
+   `jax.default_device` where one is set, else of JAX's default backend.
+
+A pass also keeps its emitted program within a size budget (`within_budget`): a user
+program so large that rows and unrolled recurrences would multiply its size falls back
+to the stacked forms. The figures behind each constant are in `docs/EMISSION.md`, each
+with the committed script that measures it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Iterator
+
+import jax
+
+from . import _compat
+from ._count import iter_equations
+
+__all__ = ["CPU", "DEFAULT", "GPU", "EmissionPolicy", "current", "emission_policy"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EmissionPolicy:
+    """How taylax writes a Taylor pass as JAX operations (values never depend on it).
+
+    Orders are Taylor orders K (the truncation of the pass); "rows" are a value's
+    coefficients kept as separate arrays, "stacks" one `(K + 1, *shape)` array.
+
+    **Recurrences** (exp, log, powers, division, sin/cos, tanh: `taylax._series`):
+
+    - `unroll_max_order`: recurrences up to this order run unrolled, one coefficient at a
+      time (straight-line code, O(K^2) equations); past it, a `lax.fori_loop` over
+      blocks of `recurrence_block` coefficients (O(1) equations in K).
+    - `unroll_max_degree`, `unroll_low_degree_max_order`: unrolled up to the second
+      order too when the known factor has at most the first degree (O(K) equations).
+    - `recurrence_block`: coefficients per step of the loop.
+
+    **Rows or stacks:**
+
+    - `rows_max_order`: closed forms, powers and compositions are built row by row up to
+      this order, and recurrences whose input has rows of its own run unrolled.
+    - `loop_rows_max_order`: the same bound inside the body of a `while` or `scan`.
+    - `product_rows_max_order`: a product read row by row (or of two factors with rows)
+      is a sum of row products up to this order; `stacked_product_rows_max_order` for
+      other products. Past them, shifted sums of stacks.
+    - `fused_concat_max_operands`: rows stacked from at most this many operands are one
+      expression the compiler fuses into its readers (XLA:CPU's limit).
+    - `polynomial_rows_max_order`: tanh/tan along a line row by row up to this order.
+    - `stacked_output_max_order`: `derivatives` returns the pass's own stack up to this
+      order; past it, the primal and the coefficients concatenated.
+
+    **Chunks:**
+
+    - `element_chunk`: stacked elements per chunk when an elementwise recurrence in a
+      loop runs chunk by chunk over its elements (`lax.map`); None never chunks.
+    - `point_chunks`: whether a large `vmap` of a pass may run as a loop over chunks of
+      points (`taylax._chunks`, whose thresholds are `chunk_points` etc.).
+
+    **Values computed once** (`taylax._once`): at orders up to
+    `unmarked_any_size_max_order` no value is marked; up to `unmarked_max_order`, values
+    of at least `unmarked_min_bytes` are not. `mark_values=False` never marks.
+    `one_kernel_max_order`: scalar polynomial/trig passes up to this order keep no mark.
+
+    **Products of series matrices** (`taylax._rules._linalg`): one dot per pair of rows
+    up to `pair_dots_max_degree` from `pair_dots_min_work` multiply-adds; one dot per row
+    of a series times a constant up to `row_dots_max_degree` from `row_dots_min_bytes`
+    per row; products of at most `small_product` multiply-adds as multiply-and-sum.
+
+    **Operators** (`taylax._operators`): summed passes over at least
+    `blocked_min_directions` directions run in blocks (`blocked_directions`), unrolled
+    blocks of `unrolled_block` up to `unrolled_max_blocks`, else a loop over blocks of
+    `direction_block`.
+
+    **Program size:** `budget` bounds the number of the user's equations times the order
+    (counted up to `unroll_max_order`); a larger pass takes `compact()` (stacks, dots,
+    loops): see `within_budget`. None disables it.
+
+    Example:
+
+        >>> import dataclasses, taylax
+        >>> p = dataclasses.replace(taylax.CPU, name="no-rows", rows_max_order=0)
+        >>> with taylax.emission_policy(p):
+        ...     pass  # passes traced here emit stacks rather than rows
+    """
+
+    name: str
+    unroll_max_order: int = 8
+    unroll_max_degree: int = 4
+    unroll_low_degree_max_order: int = 32
+    recurrence_block: int = 4
+    rows_max_order: int = 16
+    loop_rows_max_order: int = 4
+    product_rows_max_order: int = 16
+    stacked_product_rows_max_order: int = 8
+    fused_concat_max_operands: int = 8
+    polynomial_rows_max_order: int = 1
+    stacked_output_max_order: int = 4
+    scalar_products_as_dots: bool = False
+    element_chunk: int | None = 8192
+    point_chunks: bool = True
+    chunk_points: int = 1 << 16
+    chunked_min_bytes: int = 32 << 20
+    chunked_min_buffers: int = 8
+    high_order: int = 16
+    high_order_chunk_points: int = 1 << 13
+    high_order_min_bytes: int = 16 << 20
+    chunked_max_order: int = 32
+    output_rows_min_bytes: int = 16 << 20
+    mark_values: bool = True
+    unmarked_max_order: int = 4
+    unmarked_any_size_max_order: int = 2
+    unmarked_min_bytes: int = 1 << 22
+    one_kernel_max_order: int = 4
+    pair_dots_max_degree: int = 8
+    pair_dots_min_work: int = 1 << 15
+    row_dots_max_degree: int = 8
+    row_dots_min_bytes: int = 2 << 20
+    small_product: int = 1 << 14
+    blocked_directions: bool = True
+    blocked_min_directions: int = 64
+    unrolled_block: int = 64
+    unrolled_max_blocks: int = 4
+    direction_block: int = 16
+    budget: int | None = 1_500
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "name":
+                if not isinstance(value, str):
+                    raise TypeError(f"`name` must be a string, got {type(value).__name__}.")
+            elif isinstance(value, bool) or value is None:
+                continue
+            elif not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"`{field.name}` must be a non-negative integer, got {value!r}; see "
+                    "`help(taylax.EmissionPolicy)` for what each field means."
+                )
+        if self.recurrence_block < 1:
+            raise ValueError(f"`recurrence_block` must be at least 1, got {self.recurrence_block}.")
+        if self.element_chunk is not None and self.element_chunk < 1:
+            raise ValueError(
+                f"`element_chunk` must be a positive integer or None, got {self.element_chunk}."
+            )
+
+    def compact(self) -> EmissionPolicy:
+        """This policy without the choices that multiply equations: no rows, recurrences
+        unrolled only where a coefficient sums a few terms, stacked products, no
+        one-kernel pass. The emitted program is then linear in the order and in the
+        user's program (`within_budget`)."""
+        return dataclasses.replace(
+            self,
+            name=f"{self.name}-compact",
+            unroll_max_order=min(self.unroll_max_order, 2),
+            unroll_low_degree_max_order=min(self.unroll_low_degree_max_order, 2),
+            rows_max_order=0,
+            loop_rows_max_order=0,
+            product_rows_max_order=min(self.product_rows_max_order, 2),
+            stacked_product_rows_max_order=min(self.stacked_product_rows_max_order, 2),
+            polynomial_rows_max_order=0,
+            one_kernel_max_order=0,
+            pair_dots_max_degree=0,
+            row_dots_max_degree=0,
+            scalar_products_as_dots=True,
+            budget=None,
+        )
+
+    def within_budget(self, equations: int, order: int) -> EmissionPolicy:
+        """The policy for a pass of `order` over a program of `equations` equations:
+        this one while `equations * min(order, unroll_max_order) <= budget`, else
+        `compact()`. Past `unroll_max_order` recurrences loop, so the program grows by
+        little more per order."""
+        weight = min(max(order, 1), max(self.unroll_max_order, 1))
+        if self.budget is None or equations * weight <= self.budget:
+            return self
+        return self.compact()
+
+
+# XLA:CPU: the constants measured on the 2-core CPU (docs/EMISSION.md, "CPU").
+CPU = EmissionPolicy(name="cpu")
+
+# GPUs: straight-line code that XLA fuses; no loop over coefficients, elements or points,
+# no value marked for a buffer (docs/EMISSION.md, "GPU").
+GPU = EmissionPolicy(
+    name="gpu",
+    unroll_max_order=32,
+    unroll_low_degree_max_order=32,
+    product_rows_max_order=4,
+    stacked_product_rows_max_order=4,
+    element_chunk=None,
+    point_chunks=False,
+    mark_values=False,
+    blocked_directions=False,
+)
+
+# Any other platform (TPU, plugins): the GPU's choices, which keep no CPU-only loop.
+DEFAULT = dataclasses.replace(GPU, name="default")
+
+_BY_PLATFORM = {"cpu": CPU, "gpu": GPU, "cuda": GPU, "rocm": GPU}
+_BY_NAME = {"cpu": CPU, "gpu": GPU, "default": DEFAULT}
+
+# The policy a user set (`emission_policy`) or a pass is traced with (`pass_scope`): a JAX
+# configuration state, so that JAX's trace and jit caches tell programs traced under two
+# policies apart (`_compat.trace_context_state`); a context variable where JAX has none.
+_STATE = _compat.trace_context_state(
+    "taylax_emission_policy", "The taylax emission policy in force (taylax.emission_policy)."
+)
+_FALLBACK: contextvars.ContextVar[EmissionPolicy | None] = contextvars.ContextVar(
+    "taylax_emission_policy", default=None
+)
+
+
+def _override() -> EmissionPolicy | None:
+    return _FALLBACK.get() if _STATE is None else _STATE.value
+
+
+@contextlib.contextmanager
+def _overridden(policy: EmissionPolicy) -> Iterator[None]:
+    if _STATE is None:
+        token = _FALLBACK.set(policy)
+        try:
+            yield
+        finally:
+            _FALLBACK.reset(token)
+    else:
+        with _STATE(policy):
+            yield
+
+
+def for_platform(platform: str) -> EmissionPolicy:
+    """The built-in policy of a JAX platform name ("cpu", "gpu", "cuda", "rocm", ...)."""
+    return _BY_PLATFORM.get(platform.lower(), DEFAULT)
+
+
+def target_platform() -> str:
+    """The platform a program traced now is built for: `jax.default_device`'s where one
+    is set (a device or a platform name), else the default backend's."""
+    device = jax.config.jax_default_device
+    if device is not None:
+        return device if isinstance(device, str) else device.platform
+    return jax.default_backend()
+
+
+def current() -> EmissionPolicy:
+    """The policy in force: the one set by `emission_policy`, else the target platform's."""
+    override = _override()
+    return override if override is not None else for_platform(target_platform())
+
+
+def for_lowering(platforms) -> EmissionPolicy:
+    """The policy for a lowering to `platforms` (a lowering rule's
+    `ctx.module_context.platforms`): the one set by `emission_policy`, else the first
+    platform's. Choices made at lowering (values computed once) thus follow the platform
+    the program is compiled for, not the one it was traced on."""
+    override = _override()
+    if override is not None:
+        return override
+    return for_platform(platforms[0]) if platforms else current()
+
+
+def _resolve(policy) -> EmissionPolicy:
+    if isinstance(policy, EmissionPolicy):
+        return policy
+    if isinstance(policy, str):
+        try:
+            return _BY_NAME[policy.lower()]
+        except KeyError:
+            raise ValueError(
+                f"Unknown emission policy {policy!r}: pass one of {sorted(_BY_NAME)} or a "
+                "`taylax.EmissionPolicy`."
+            ) from None
+    raise TypeError(
+        "`emission_policy` takes a `taylax.EmissionPolicy` or a platform's name "
+        f"({sorted(_BY_NAME)}), got {type(policy).__name__}."
+    )
+
+
+@contextlib.contextmanager
+def emission_policy(policy: EmissionPolicy | str) -> Iterator[EmissionPolicy]:
+    """Emit the Taylor passes traced inside with `policy` instead of the platform's.
+
+    **Arguments:**
+
+    - `policy`: a `taylax.EmissionPolicy`, or the name of a built-in one: `"cpu"`,
+      `"gpu"` or `"default"`.
+
+    **Returns:** a context manager that yields the policy in force inside.
+
+    The policy is read when a pass is traced (and, for values computed once, when it is
+    lowered), and it is part of JAX's trace context, as `jax.default_device` is: a jitted
+    function called inside the block is traced again, and no program built under another
+    policy is reused. Results are the same under every policy, to rounding; only the
+    program's shape changes.
+
+    !!! Example
+
+        ```python
+        import jax, jax.numpy as jnp, taylax
+
+        f = lambda t: jnp.exp(jnp.sin(t))
+        with taylax.emission_policy("gpu"):  # a GPU's program, on any machine
+            print(jax.make_jaxpr(jax.vmap(taylax.derivatives(f, 12)))(jnp.ones(8)))
+        ```
+    """
+    policy = _resolve(policy)
+    with _overridden(policy):
+        yield policy
+
+
+# Whether a pass is being traced: a pass inside another (a sub-program, a nested
+# derivative) keeps the policy its outermost pass chose.
+_IN_PASS: contextvars.ContextVar[bool] = contextvars.ContextVar("taylax_in_pass", default=False)
+
+
+def for_pass(jaxpr, order: int) -> EmissionPolicy:
+    """The policy of a pass of `order` over `jaxpr`: inside another pass that pass's;
+    else the policy in force, within its budget for the program's size (`within_budget`,
+    counting the equations of every sub-program once)."""
+    if _IN_PASS.get():
+        return current()
+    size = sum(1 for _ in iter_equations(jaxpr))
+    return current().within_budget(size, order)
+
+
+@contextlib.contextmanager
+def pass_scope(policy: EmissionPolicy) -> Iterator[None]:
+    """Trace a pass with `policy` in force (`current()` returns it), and passes inside it
+    too (`for_pass`)."""
+    in_pass = _IN_PASS.set(True)
+    try:
+        with _overridden(policy):
+            yield
+    finally:
+        _IN_PASS.reset(in_pass)
