@@ -1,96 +1,338 @@
-"""Batched steady state on the default JAX backend (a GPU): taylax vs jet vs nested jvp.
+"""Emission policies on the default JAX backend (a GPU): taylax under several policies
+against jet, nested jvp and folx, in one process.
 
-The contenders of ``bench_batched.py`` (the same three elementwise chains and the tanh MLP
-of width 128 with batch 2048), without its C roofline and fresh-process first calls, which
-measure the CPU. Steady state is measured as there (``interleaved_minimum``); ``taylax
-first`` is the first call of taylax's pipeline in this process (trace + compile + run).
-Not part of ``make bench`` (which runs ``bench_*.py`` on the CPU); run it where a GPU is::
+For every (program, dtype, order) it compiles each contender once ahead of time and
+records the first call (lower + compile + first run), the steady state (the minimum over
+`--rounds` rounds of `--calls` calls back to back), the compiled program's fusions and
+`while` loops, and its temporaries (`memory_analysis().temp_size_in_bytes`). Programs:
 
-    PYTHONPATH=src:benchmarks python benchmarks/gpu_check.py
-    PYTHONPATH=src:benchmarks python benchmarks/gpu_check.py --sizes 1048576 --orders 8,16
-    PYTHONPATH=src:benchmarks python benchmarks/gpu_check.py --calls 20   # back to back
+* two elementwise chains of our own over `--n` points: `exp(cos t) / (1 + t^2)^2 - t^3`
+  (exp, cos, division, integer powers) and `sqrt(1 + tanh(log1p(t^2))) sin(t)` (log1p,
+  tanh, sqrt, sin), float64 and float32, orders 2 to 32; per-point and whole-array nested
+  jvp up to order 4;
+* the tanh MLP of width 128 along a direction (batch `--mlp-batch`), orders 2, 4, 8;
+* the Laplacian of a tanh MLP (d = 8, 32, 128; batch `--lap-batch`) against folx.
+
+Not part of `make bench` (which measures the CPU). Run where a GPU is::
+
+    PYTHONPATH=src:benchmarks python benchmarks/gpu_check.py --out results.jsonl
+
+Each line of `--out` is one JSON record; the last lines printed are a table of ratios.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from bench_batched import (
-    CHAINS,
-    NESTED_MAX_ORDER,
-    jet_chain,
-    minimum_times,
-    mlp_contenders,
-    mlp_params,
-    nested_chain,
-    nested_vmap_chain,
-    taylax_chain,
-)
+jax.config.update("jax_enable_x64", True)
+
+from jax.experimental import jet as jax_jet  # noqa: E402
+
+import taylax  # noqa: E402
+
+try:  # noqa: SIM105
+    import folx  # noqa: E402
+except ImportError:  # pragma: no cover - an optional peer
+    folx = None
 
 
-def _line(label: str, best: dict, extra: str = "") -> str:
-    others = min(v for k, v in best.items() if k != "taylax")
-    times = " ".join(f"{k} {v:.3f} ms" for k, v in best.items())
-    return f"{label} {times}  taylax/best {best['taylax'] / others:.2f}{extra}"
+def chain_a(t):
+    return jnp.exp(jnp.cos(t)) / (1 + t**2) ** 2 - t**3
+
+
+def chain_b(t):
+    return jnp.sqrt(1 + jnp.tanh(jnp.log1p(t * t))) * jnp.sin(t)
+
+
+CHAINS = {"exp-cos-div-pow": chain_a, "log1p-tanh-sqrt-sin": chain_b}
+
+
+def variants() -> dict[str, taylax.EmissionPolicy]:
+    """The policies compared: the GPU policy and what it could be instead."""
+    gpu = taylax.GPU
+    return {
+        "gpu": gpu,
+        "gpu-nomark": dataclasses.replace(gpu, name="gpu-nomark", mark_values=False),
+        "gpu-unrolled": dataclasses.replace(
+            gpu,
+            name="gpu-unrolled",
+            mark_values=False,
+            unroll_max_order=32,
+            unroll_low_degree_max_order=32,
+        ),
+    }
+
+
+def nested_levels(f, K, v=None):
+    levels = [f]
+    for _ in range(K):
+        levels.append(
+            (lambda g: lambda t: jax.jvp(g, (t,), (jnp.ones_like(t) if v is None else v,))[1])(
+                levels[-1]
+            )
+        )
+    return lambda t: jnp.stack([g(t) for g in levels])
+
+
+def compile_and_time(fn, args, calls: int, rounds: int, policy=None) -> dict:
+    """First call (lower + compile + run) and steady state of `jax.jit(fn)` on `args`."""
+    import contextlib
+
+    scope = taylax.emission_policy(policy) if policy is not None else contextlib.nullcontext()
+    start = time.perf_counter()
+    with scope:
+        compiled = jax.jit(fn).lower(*args).compile()
+    out = jax.block_until_ready(compiled(*args))
+    first = time.perf_counter() - start
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            out = compiled(*args)
+        jax.block_until_ready(out)
+        best = min(best, (time.perf_counter() - start) / calls)
+    text = compiled.as_text()
+    memory = compiled.memory_analysis()
+    temp = getattr(memory, "temp_size_in_bytes", None) if memory is not None else None
+    return {
+        "first_s": first,
+        "ms": best * 1e3,
+        "fusions": text.count(" fusion("),
+        "whiles": text.count(" while("),
+        "temp_bytes": temp,
+        "out": np.asarray(out[0] if isinstance(out, (tuple, list)) else out),
+    }
+
+
+def _agree(a, b) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    n = min(a.size, b.size)
+    a, b = a[:n], b[:n]
+    return float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-300))
+
+
+def run_chains(args, emit):
+    for dtype in args.dtypes.split(","):
+        dt = jnp.dtype(dtype)
+        t = jnp.linspace(-0.9, 0.9, args.n, dtype=dt)
+        for name, f in CHAINS.items():
+            for K in [int(k) for k in args.orders.split(",")]:
+                contenders = {}
+                for label, policy in variants().items():
+                    fn = jax.vmap(taylax.derivatives(f, K))
+                    contenders[label] = (lambda t, fn=fn: fn(t).T, policy)
+
+                def jet_run(t, f=f, K=K):
+                    terms = [jnp.ones_like(t)] + [jnp.zeros_like(t)] * (K - 1)
+                    y0, ys = jax_jet.jet(f, (t,), (terms,))
+                    return jnp.stack([y0, *ys])
+
+                contenders["jet"] = (jet_run, None)
+                if K <= args.nested_max_order:
+                    contenders["nested jvp"] = (nested_levels(f, K), None)
+                    contenders["nested jvp (vmap)"] = (
+                        lambda t, f=f, K=K: jax.vmap(nested_levels(f, K))(t).T,
+                        None,
+                    )
+                record = {"program": name, "dtype": dtype, "order": K, "n": args.n}
+                results = {}
+                for label, (fn, policy) in contenders.items():
+                    try:
+                        results[label] = compile_and_time(fn, (t,), args.calls, args.rounds, policy)
+                    except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+                        results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                emit(record, results, output_bytes=(K + 1) * args.n * dt.itemsize)
+
+
+def run_mlp(args, emit):
+    rng = np.random.default_rng(0)
+    width, d_in = 128, 16
+    sizes = [d_in, width, width, width, 1]
+    params = [
+        (jnp.asarray(rng.normal(size=(m, n)) / np.sqrt(m)), jnp.asarray(0.1 * rng.normal(size=n)))
+        for m, n in zip(sizes[:-1], sizes[1:])
+    ]
+
+    def f(x):
+        for w, b in params[:-1]:
+            x = jnp.tanh(x @ w + b)
+        w, b = params[-1]
+        return x @ w + b
+
+    x = jnp.asarray(rng.normal(size=(args.mlp_batch, d_in)))
+    v = jnp.asarray(rng.normal(size=(args.mlp_batch, d_in)))
+    for K in (2, 4, 8):
+        contenders = {}
+        for label, policy in variants().items():
+            contenders[label] = (lambda x, v, K=K: taylax.derivatives(f, K)(x, v), policy)
+
+        def jet_run(x, v, K=K):
+            y0, ys = jax_jet.jet(f, (x,), ([v] + [jnp.zeros_like(v)] * (K - 1),))
+            return jnp.stack([y0, *ys])
+
+        contenders["jet"] = (jet_run, None)
+        if K <= args.nested_max_order:
+            contenders["nested jvp"] = (lambda x, v, K=K: nested_levels(f, K, v)(x), None)
+        results = {}
+        for label, (fn, policy) in contenders.items():
+            try:
+                results[label] = compile_and_time(fn, (x, v), args.calls, args.rounds, policy)
+            except Exception as e:  # noqa: BLE001
+                results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        record = {"program": "tanh mlp", "dtype": "float64", "order": K, "n": args.mlp_batch}
+        emit(record, results, output_bytes=(K + 1) * args.mlp_batch * 8)
+
+
+def run_laplacian(args, emit):
+    for d in [int(x) for x in args.lap_dims.split(",")]:
+        rng = np.random.default_rng(d)
+        sizes = [d, 128, 128, 1]
+        params = [
+            (
+                jnp.asarray(rng.normal(size=(m, n)) / np.sqrt(m)),
+                jnp.asarray(0.1 * rng.normal(size=n)),
+            )
+            for m, n in zip(sizes[:-1], sizes[1:])
+        ]
+
+        def f(x, params=params):
+            for w, b in params[:-1]:
+                x = jnp.tanh(x @ w + b)
+            w, b = params[-1]
+            return (x @ w + b)[0]
+
+        pts = jnp.asarray(rng.normal(size=(args.lap_batch, d)))
+        contenders = {}
+        for label, policy in variants().items():
+            contenders[label] = (jax.vmap(taylax.laplacian(f)), policy)
+        if folx is not None:
+            contenders["folx"] = (
+                jax.vmap(lambda x, f=f: folx.forward_laplacian(f)(x).laplacian),
+                None,
+            )
+        contenders["hessian trace"] = (jax.vmap(lambda x, f=f: jnp.trace(jax.hessian(f)(x))), None)
+        results = {}
+        for label, (fn, policy) in contenders.items():
+            try:
+                results[label] = compile_and_time(fn, (pts,), args.calls, args.rounds, policy)
+            except Exception as e:  # noqa: BLE001
+                results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        record = {
+            "program": f"laplacian d={d}",
+            "dtype": "float64",
+            "order": 2,
+            "n": args.lap_batch,
+        }
+        emit(record, results, output_bytes=args.lap_batch * 8)
+
+
+def rk4_unrolled(y, steps=20, h=0.05):
+    """20 RK4 steps of y' = -y^3 + sin(t), unrolled: a large scalar program."""
+    t = 0.0
+    for _ in range(steps):
+        k1 = -(y**3) + jnp.sin(t)
+        k2 = -((y + h / 2 * k1) ** 3) + jnp.sin(t + h / 2)
+        k3 = -((y + h / 2 * k2) ** 3) + jnp.sin(t + h / 2)
+        k4 = -((y + h * k3) ** 3) + jnp.sin(t + h)
+        y, t = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4), t + h
+    return y
+
+
+def run_large(args, emit):
+    y0 = jnp.float64(0.8)
+    for K in (2, 4, 8):
+        contenders = {
+            "gpu": (lambda y, K=K: taylax.derivatives(rk4_unrolled, K)(y), taylax.GPU),
+            "gpu-compact": (
+                lambda y, K=K: taylax.derivatives(rk4_unrolled, K)(y),
+                taylax.GPU.compact(),
+            ),
+        }
+
+        def jet_run(y, K=K):
+            terms = [jnp.ones_like(y)] + [jnp.zeros_like(y)] * (K - 1)
+            y0, ys = jax_jet.jet(rk4_unrolled, (y,), (terms,))
+            return jnp.stack([y0, *ys])
+
+        contenders["jet"] = (jet_run, None)
+        results = {}
+        for label, (fn, policy) in contenders.items():
+            try:
+                results[label] = compile_and_time(fn, (y0,), 1, 1, policy)
+            except Exception as e:  # noqa: BLE001
+                results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        emit(
+            {"program": "unrolled rk4", "dtype": "float64", "order": K, "n": 1},
+            results,
+            8 * (K + 1),
+        )
 
 
 def main(argv=None) -> int:
-    """Print one line per (chain, N, K) and per MLP order.
-
-    Args:
-      argv: command-line arguments (default ``sys.argv[1:]``).
-
-    Returns:
-      The exit status (0).
-
-    Example:
-      >>> main(["--sizes", "4096", "--orders", "2", "--no-mlp"])  # doctest: +SKIP
-    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="65536,1048576", help="comma-separated N")
-    parser.add_argument("--orders", default="2,4,8,16,32", help="comma-separated K")
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument(
-        "--calls",
-        type=int,
-        default=1,
-        help="calls back to back per timed sample (the time is per call): a GPU runs "
-        "them while the host dispatches, so more than 1 times the kernels, not the wait",
-    )
-    parser.add_argument("--cases", default=",".join(CHAINS), help="comma-separated chains")
-    parser.add_argument("--no-mlp", action="store_true")
+    parser.add_argument("--n", type=int, default=1 << 20)
+    parser.add_argument("--orders", default="2,4,8,16,32")
+    parser.add_argument("--dtypes", default="float64,float32")
+    parser.add_argument("--nested-max-order", type=int, default=4)
+    parser.add_argument("--mlp-batch", type=int, default=65536)
+    parser.add_argument("--lap-dims", default="8,32,128")
+    parser.add_argument("--lap-batch", type=int, default=4096)
+    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--parts", default="mlp,laplacian,chains,large")
+    parser.add_argument("--out", default=None, help="append JSON records to this file")
     args = parser.parse_args(argv)
-    jax.config.update("jax_enable_x64", True)
-    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}", flush=True)
-    for name in args.cases.split(","):
-        f = CHAINS[name][0]
-        for n in map(int, args.sizes.split(",")):
-            t = jnp.linspace(0.1, 2.0, n)
-            for K in map(int, args.orders.split(",")):
-                fns = {"taylax": taylax_chain(f, K), "jet": jet_chain(f, K)}
-                if K <= NESTED_MAX_ORDER:
-                    fns["nested"] = nested_chain(f, K)
-                    fns["nested (vmap)"] = nested_vmap_chain(f, K)
-                start = time.perf_counter()
-                jax.block_until_ready(fns["taylax"](t))
-                first = time.perf_counter() - start
-                best = minimum_times(fns, (t,), args.rounds, budget_s=60.0, calls=args.calls)
-                label = f"{name:14s} N={n:8d} K={K:2d}"
-                print(_line(label, best, f"  taylax first {first:.2f} s"), flush=True)
-    if not args.no_mlp:
-        params = mlp_params(128)
-        x = jax.random.normal(jax.random.PRNGKey(1), (2048, 16))
-        v = jax.random.normal(jax.random.PRNGKey(2), (2048, 16))
-        for K in (2, 4, 8):
-            best = minimum_times(
-                mlp_contenders(params, K), (x, v), args.rounds, budget_s=60.0, calls=args.calls
+    sink = open(args.out, "a") if args.out else None  # noqa: SIM115
+    table = []
+    print(f"# {jax.devices()[0].device_kind}, jax {jax.__version__}", flush=True)
+
+    def emit(record, results, output_bytes):
+        ref = next((r["out"] for r in results.values() if "out" in r), None)
+        clean = {}
+        for label, r in results.items():
+            r = dict(r)
+            if "out" in r:
+                r["difference"] = _agree(r.pop("out"), ref)
+            clean[label] = r
+        record = dict(record, output_bytes=output_bytes, results=clean)
+        if sink is not None:
+            sink.write(json.dumps(record) + "\n")
+            sink.flush()
+        ours = set(variants()) | {"gpu-compact"}
+        peers = [r["ms"] for k, r in clean.items() if "ms" in r and k not in ours]
+        best = min(peers) if peers else float("nan")
+        jet = clean.get("jet", {}).get("ms", float("nan"))
+        cells = []
+        for label, r in clean.items():
+            if "ms" not in r:
+                cells.append(f"{label} ERR")
+                continue
+            temp = r["temp_bytes"] / output_bytes if r["temp_bytes"] is not None else float("nan")
+            cells.append(
+                f"{label} {r['ms']:.3f}ms first {r['first_s']:.2f}s f{r['fusions']} w{r['whiles']} "
+                f"t{temp:.2f}"
+                + (f" /best {r['ms'] / best:.2f} /jet {r['ms'] / jet:.2f}" if label in ours else "")
             )
-            print(_line(f"mlp K={K}", best), flush=True)
+        line = f"{record['program']} {record['dtype']} K={record['order']}: " + " | ".join(cells)
+        table.append(line)
+        print(line, flush=True)
+
+    for part in args.parts.split(","):
+        parts = {
+            "chains": run_chains,
+            "mlp": run_mlp,
+            "laplacian": run_laplacian,
+            "large": run_large,
+        }
+        parts[part](args, emit)
     return 0
 
 
