@@ -134,8 +134,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orders", default="2,4,8")
     parser.add_argument("--programs", default=",".join(PROGRAMS))
-    parser.add_argument("--timeout", type=float, default=120.0)
-    parser.add_argument("--nested-max-order", type=int, default=4)
+    parser.add_argument("--timeout", type=float, default=100.0)
+    parser.add_argument("--nested-max-order", type=int, default=2)
     args = parser.parse_args(argv)
     rows = []
     for program in args.programs.split(","):
