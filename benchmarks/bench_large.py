@@ -30,63 +30,89 @@ RESULTS_DIR = HERE / "results"
 CONTENDERS = ("taylax", "jet", "nested jvp")
 PROGRAMS = ("rk4", "mlp30", "pendulum")
 
-_CHILD = r"""
-import json, sys, time
-import jax, jax.numpy as jnp, numpy as np
-jax.config.update("jax_enable_x64", True)
-from jax.experimental import jet
-import taylax
 
-program, K, who = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-if program == "rk4":
-    def f(y, steps=20, h=0.05):
-        t = 0.0
-        for _ in range(steps):
-            k1 = -(y**3) + jnp.sin(t)
-            k2 = -((y + h / 2 * k1) ** 3) + jnp.sin(t + h / 2)
-            k3 = -((y + h / 2 * k2) ** 3) + jnp.sin(t + h / 2)
-            k4 = -((y + h * k3) ** 3) + jnp.sin(t + h)
-            y, t = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4), t + h
-        return y
-    x, v = jnp.float64(0.8), jnp.float64(1.0)
-elif program == "mlp30":
-    rng = np.random.default_rng(0)
-    ws = [jnp.asarray(rng.normal(size=(64, 64)) / 8) for _ in range(30)]
-    def f(x):
-        for w in ws:
-            x = jnp.tanh(x @ w)
-        return x.sum()
-    x, v = (jnp.asarray(rng.normal(size=64)) for _ in range(2))
-else:
-    def f(y, steps=40, h=0.05):
+def rk4_unrolled(y, steps=20, h=0.05):
+    """20 RK4 steps of y' = -y^3 + sin(t), unrolled: a scalar program of 660 equations."""
+    import jax.numpy as jnp
+
+    t = 0.0
+    for _ in range(steps):
+        k1 = -(y**3) + jnp.sin(t)
+        k2 = -((y + h / 2 * k1) ** 3) + jnp.sin(t + h / 2)
+        k3 = -((y + h / 2 * k2) ** 3) + jnp.sin(t + h / 2)
+        k4 = -((y + h * k3) ** 3) + jnp.sin(t + h)
+        y, t = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4), t + h
+    return y
+
+
+def build(program: str):
+    """`(f, x, v)` for one of `PROGRAMS`."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    if program == "rk4":
+        return rk4_unrolled, jnp.float64(0.8), jnp.float64(1.0)
+    if program == "mlp30":
+        rng = np.random.default_rng(0)
+        ws = [jnp.asarray(rng.normal(size=(64, 64)) / 8) for _ in range(30)]
+
+        def mlp30(x):
+            for w in ws:
+                x = jnp.tanh(x @ w)
+            return x.sum()
+
+        return mlp30, *(jnp.asarray(rng.normal(size=64)) for _ in range(2))
+
+    def pendulum(y, steps=40, h=0.05):
         for _ in range(steps):
             y = y + h * jnp.stack([y[1], -jnp.sin(y[0]) - 0.1 * y[1]])
         return y
-    x, v = jnp.array([0.4, -0.2]), jnp.array([1.0, 0.5])
 
-if who == "taylax":
-    g = jax.jit(lambda x, v: taylax.derivatives(f, K)(x, v)[-1])
-elif who == "jet":
-    g = jax.jit(lambda x, v: jet.jet(f, (x,), ((v,) + (jnp.zeros_like(v),) * (K - 1),))[1][-1])
-else:
-    def nested(x, v):
-        g = f
-        for _ in range(K):
-            g = (lambda g: lambda x: jax.jvp(g, (x,), (v,))[1])(g)
-        return g(x)
-    g = jax.jit(nested)
-start = time.perf_counter()
-out = jax.block_until_ready(g(x, v))
-first = time.perf_counter() - start
-print(json.dumps({"first_s": first, "value": np.asarray(out).ravel()[:4].tolist()}))
-"""
+    return pendulum, jnp.array([0.4, -0.2]), jnp.array([1.0, 0.5])
+
+
+def child(program: str, K: int, who: str) -> None:
+    """Time one first call in this (fresh) process and print it as JSON."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    jax.config.update("jax_enable_x64", True)
+    from jax.experimental import jet
+
+    import taylax
+
+    f, x, v = build(program)
+    if who == "taylax":
+        g = jax.jit(lambda x, v: taylax.derivatives(f, K)(x, v)[-1])
+    elif who == "jet":
+        zeros = (jnp.zeros_like(v),) * (K - 1)
+        g = jax.jit(lambda x, v: jet.jet(f, (x,), ((v,) + zeros,))[1][-1])
+    else:
+
+        def along(h, v):
+            return lambda x: jax.jvp(h, (x,), (v,))[1]
+
+        def nested(x, v):
+            h = f
+            for _ in range(K):
+                h = along(h, v)
+            return h(x)
+
+        g = jax.jit(nested)
+    start = time.perf_counter()
+    out = jax.block_until_ready(g(x, v))
+    first = time.perf_counter() - start
+    print(json.dumps({"first_s": first, "value": np.asarray(out).ravel()[:4].tolist()}))
 
 
 def first_call(program: str, K: int, who: str, timeout: float) -> dict:
     """`{"first_s": ..., "value": ...}` from a fresh process, or `{"timeout": seconds}`."""
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _CHILD, program, str(K), who],
+            [sys.executable, __file__, "--child", program, str(K), who],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -131,6 +157,10 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        child(argv[1], int(argv[2]), argv[3])
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orders", default="2,4,8")
     parser.add_argument("--programs", default=",".join(PROGRAMS))

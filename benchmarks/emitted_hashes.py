@@ -24,6 +24,7 @@ jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_batched  # noqa: E402
+import bench_large  # noqa: E402
 import bench_layers  # noqa: E402
 import bench_operators  # noqa: E402
 import bench_programs  # noqa: E402
@@ -37,17 +38,6 @@ def _count(jaxpr) -> int:
         for sub in jaxprs_in_params(eqn.params):
             total += _count(sub)
     return total
-
-
-def _rk4_unrolled(y, steps=20, h=0.05):
-    t = 0.0
-    for _ in range(steps):
-        k1 = -(y**3) + jnp.sin(t)
-        k2 = -((y + h / 2 * k1) ** 3) + jnp.sin(t + h / 2)
-        k3 = -((y + h / 2 * k2) ** 3) + jnp.sin(t + h / 2)
-        k4 = -((y + h * k3) ** 3) + jnp.sin(t + h)
-        y, t = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4), t + h
-    return y
 
 
 def cases():
@@ -89,7 +79,7 @@ def cases():
                 (x, v),
             )
     for K in (2, 4):
-        fn = jax.jit(lambda y, K=K: taylax.derivatives(_rk4_unrolled, K)(y))
+        fn = jax.jit(lambda y, K=K: taylax.derivatives(bench_large.rk4_unrolled, K)(y))
         yield "unrolled rk4", K, fn, (jnp.float64(0.8),)
 
 

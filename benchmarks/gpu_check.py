@@ -37,6 +37,7 @@ jax.config.update("jax_enable_x64", True)
 from jax.experimental import jet as jax_jet  # noqa: E402
 
 import taylax  # noqa: E402
+from bench_large import rk4_unrolled  # noqa: E402
 
 try:  # noqa: SIM105
     import folx  # noqa: E402
@@ -232,18 +233,6 @@ def run_laplacian(args, emit):
             "n": args.lap_batch,
         }
         emit(record, results, output_bytes=args.lap_batch * 8)
-
-
-def rk4_unrolled(y, steps=20, h=0.05):
-    """20 RK4 steps of y' = -y^3 + sin(t), unrolled: a large scalar program."""
-    t = 0.0
-    for _ in range(steps):
-        k1 = -(y**3) + jnp.sin(t)
-        k2 = -((y + h / 2 * k1) ** 3) + jnp.sin(t + h / 2)
-        k3 = -((y + h / 2 * k2) ** 3) + jnp.sin(t + h / 2)
-        k4 = -((y + h * k3) ** 3) + jnp.sin(t + h)
-        y, t = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4), t + h
-    return y
 
 
 def run_large(args, emit):
