@@ -56,20 +56,27 @@ def chain_b(t):
 CHAINS = {"exp-cos-div-pow": chain_a, "log1p-tanh-sqrt-sin": chain_b}
 
 
-def variants() -> dict[str, taylax.EmissionPolicy]:
-    """The policies compared: the GPU policy and what it could be instead."""
-    gpu = taylax.GPU
+def all_variants() -> dict[str, taylax.EmissionPolicy]:
+    """Policies this script can compare (`--policies`): the GPU policy as shipped
+    (`gpu-unrolled`), the two it was chosen against, and the CPU's."""
+    looped = dict(unroll_max_order=8, unroll_low_degree_max_order=32)
     return {
-        "gpu": gpu,
-        "gpu-nomark": dataclasses.replace(gpu, name="gpu-nomark", mark_values=False),
-        "gpu-unrolled": dataclasses.replace(
-            gpu,
-            name="gpu-unrolled",
-            mark_values=False,
-            unroll_max_order=32,
-            unroll_low_degree_max_order=32,
+        "gpu-marked": dataclasses.replace(
+            taylax.GPU, name="gpu-marked", mark_values=True, **looped
         ),
+        "gpu-nomark": dataclasses.replace(taylax.GPU, name="gpu-nomark", **looped),
+        "gpu-unrolled": taylax.GPU,
+        "cpu": taylax.CPU,
     }
+
+
+_SELECTED: list[str] = ["gpu-marked", "gpu-nomark", "gpu-unrolled"]
+
+
+def variants() -> dict[str, taylax.EmissionPolicy]:
+    """The policies compared in this run (`--policies`)."""
+    table = all_variants()
+    return {name: table[name] for name in _SELECTED}
 
 
 def nested_levels(f, K, v=None):
@@ -278,7 +285,11 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--parts", default="mlp,laplacian,chains,large")
     parser.add_argument("--out", default=None, help="append JSON records to this file")
+    parser.add_argument(
+        "--policies", default=",".join(_SELECTED), help=f"some of {sorted(all_variants())}"
+    )
     args = parser.parse_args(argv)
+    _SELECTED[:] = args.policies.split(",")
     sink = open(args.out, "a") if args.out else None  # noqa: SIM115
     table = []
     print(f"# {jax.devices()[0].device_kind}, jax {jax.__version__}", flush=True)
