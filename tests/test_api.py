@@ -386,7 +386,8 @@ _ROWS_BOUND = taylax.CPU.rows_max_order
         (lambda y, t: y / (1 + t**2), 12, True),
         (lambda y, t: y / (1 + t**2), _ROWS_BOUND, True),
         (lambda y, t: y / (1 + t**2), _ROWS_BOUND + 1, False),  # rows cost K^2 equations
-        (lambda y, t: y / (1 + t**2), taylax.CPU.unroll_max_order, False),  # rows there anyway
+        # Products are rows there anyway (`stacked_product_rows_max_order`).
+        (lambda y, t: y / (1 + t**2), taylax.CPU.stacked_product_rows_max_order, False),
         (lambda y, t: y / jnp.cos(t), 12, True),  # the denominator's degree is not static
         (lambda y, t: (1 + t**2) / y, 12, False),  # the denominator
         (lambda y, t: y / (1 + t**2) + y, 12, False),  # read elsewhere too

@@ -49,6 +49,11 @@ class EmissionPolicy:
       blocks of `recurrence_block` coefficients (O(1) equations in K).
     - `unroll_max_degree`, `unroll_low_degree_max_order`: unrolled up to the second
       order too when the known factor has at most the first degree (O(K) equations).
+    - `loop_unroll_max_order`: the same bound inside the body of a `while` or `scan`,
+      which runs its kernels once per step (a larger body compiled 2-3x longer).
+    - `reciprocal_min_order`: from this order a stacked numerator over a low-degree
+      denominator is a product with the reciprocal (the numerator read once, not one
+      column per row).
     - `recurrence_block`: coefficients per step of the loop.
 
     **Rows or stacks:**
@@ -100,7 +105,9 @@ class EmissionPolicy:
     """
 
     name: str
-    unroll_max_order: int = 8
+    unroll_max_order: int = 16
+    loop_unroll_max_order: int = 8
+    reciprocal_min_order: int = 9
     unroll_max_degree: int = 4
     unroll_low_degree_max_order: int = 32
     recurrence_block: int = 4
@@ -168,6 +175,7 @@ class EmissionPolicy:
             self,
             name=f"{self.name}-compact",
             unroll_max_order=min(self.unroll_max_order, 2),
+            loop_unroll_max_order=min(self.loop_unroll_max_order, 2),
             unroll_low_degree_max_order=min(self.unroll_low_degree_max_order, 2),
             rows_max_order=0,
             loop_rows_max_order=0,
@@ -200,6 +208,8 @@ CPU = EmissionPolicy(name="cpu")
 GPU = EmissionPolicy(
     name="gpu",
     unroll_max_order=32,
+    loop_unroll_max_order=32,
+    reciprocal_min_order=33,
     unroll_low_degree_max_order=32,
     product_rows_max_order=4,
     stacked_product_rows_max_order=4,

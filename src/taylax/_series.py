@@ -612,11 +612,13 @@ def product_rows_max_order(read_by_rows: bool = True) -> int:
 def unrolled(order: int, degree: int | None = None, separate_rows: bool = False) -> bool:
     """Whether a recurrence of `order` whose known factor has `degree` (and, with
     `separate_rows`, rows of its own: `has_separate_rows`) runs unrolled: up to the
-    policy's `unroll_max_order`, up to `rows_max_order` for rows of their own, and up to
+    policy's `unroll_max_order` (`loop_unroll_max_order` in a loop body), up to
+    `rows_max_order` for rows of their own, and up to
     `unroll_low_degree_max_order` where the factor's degree is at most
     `unroll_max_degree` (a coefficient then sums a few terms: linear in the order)."""
     p = policy()
-    if order <= p.unroll_max_order or (separate_rows and order <= p.rows_max_order):
+    limit = p.loop_unroll_max_order if in_loop_body() else p.unroll_max_order
+    if order <= limit or (separate_rows and order <= p.rows_max_order):
         return True
     low = degree is not None and degree <= p.unroll_max_degree
     return low and order <= p.unroll_low_degree_max_order
@@ -941,7 +943,7 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
     shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
     dtype = jnp.result_type(a, b)
     if (
-        order > policy().unroll_max_order
+        order >= policy().reciprocal_min_order
         and unrolled(order, degree_of(b))
         and degree_of(a) > degree_of(b)
         and not has_separate_rows(a)
