@@ -37,6 +37,7 @@ jax.config.update("jax_enable_x64", True)
 from jax.experimental import jet as jax_jet  # noqa: E402
 
 import taylax  # noqa: E402
+from bench_batched import nested_levels  # noqa: E402
 from bench_large import rk4_unrolled  # noqa: E402
 
 try:  # noqa: SIM105
@@ -79,15 +80,16 @@ def variants() -> dict[str, taylax.EmissionPolicy]:
     return {name: table[name] for name in _SELECTED}
 
 
-def nested_levels(f, K, v=None):
-    levels = [f]
-    for _ in range(K):
-        levels.append(
-            (lambda g: lambda t: jax.jvp(g, (t,), (jnp.ones_like(t) if v is None else v,))[1])(
-                levels[-1]
-            )
-        )
-    return lambda t: jnp.stack([g(t) for g in levels])
+def steady_ms(compiled, args, rounds: int, calls: int) -> float:
+    """Minimum over `rounds` of the time per call of `calls` calls back to back (ms)."""
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            out = compiled(*args)
+        jax.block_until_ready(out)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best * 1e3
 
 
 def compile_and_time(fn, args, calls: int, rounds: int, policy=None) -> dict:
@@ -100,19 +102,13 @@ def compile_and_time(fn, args, calls: int, rounds: int, policy=None) -> dict:
         compiled = jax.jit(fn).lower(*args).compile()
     out = jax.block_until_ready(compiled(*args))
     first = time.perf_counter() - start
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            out = compiled(*args)
-        jax.block_until_ready(out)
-        best = min(best, (time.perf_counter() - start) / calls)
+    ms = steady_ms(compiled, args, rounds, calls)
     text = compiled.as_text()
     memory = compiled.memory_analysis()
     temp = getattr(memory, "temp_size_in_bytes", None) if memory is not None else None
     return {
         "first_s": first,
-        "ms": best * 1e3,
+        "ms": ms,
         "fusions": text.count(" fusion("),
         "whiles": text.count(" while("),
         "temp_bytes": temp,

@@ -47,19 +47,6 @@ def _parse_set(items) -> dict:
     return out
 
 
-def _timed(compiled, args, rounds, calls=5) -> float:
-    import jax
-
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            out = compiled(*args)
-        jax.block_until_ready(out)
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best * 1e3
-
-
 def chains(args, pols) -> None:
     import jax
     import jax.numpy as jnp
@@ -67,7 +54,7 @@ def chains(args, pols) -> None:
 
     import taylax
     from bench_batched import CHAINS
-    from gpu_check import CHAINS as MORE
+    from gpu_check import CHAINS as MORE, steady_ms
 
     t = jnp.linspace(-0.9, 0.9, args.n)
     table = {**MORE, **{name: f for name, (f, _) in CHAINS.items()}}
@@ -79,7 +66,7 @@ def chains(args, pols) -> None:
                 with taylax.emission_policy(policy):
                     c = jax.jit(jax.vmap(taylax.derivatives(f, K))).lower(t).compile()
                 jax.block_until_ready(c(t))
-                row[label] = (_timed(c, (t,), args.rounds), time.perf_counter() - start)
+                row[label] = (steady_ms(c, (t,), args.rounds, 5), time.perf_counter() - start)
 
             def jet_run(t, f=f, K=K):
                 return jet.jet(f, (t,), ((jnp.ones_like(t),) + (jnp.zeros_like(t),) * (K - 1),))
@@ -87,7 +74,7 @@ def chains(args, pols) -> None:
             start = time.perf_counter()
             c = jax.jit(jet_run).lower(t).compile()
             jax.block_until_ready(c(t))
-            row["jet"] = (_timed(c, (t,), args.rounds), time.perf_counter() - start)
+            row["jet"] = (steady_ms(c, (t,), args.rounds, 5), time.perf_counter() - start)
             cells = ", ".join(f"{k} {ms:.2f} ms (first {s:.2f} s)" for k, (ms, s) in row.items())
             print(f"chain {name} K={K}: {cells}", flush=True)
 
