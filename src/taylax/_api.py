@@ -18,6 +18,7 @@ from . import (
     _rules,  # noqa: F401  (registers the built-in rules)
 )
 from ._derivative import ProgramCache, closed_key, const_value_key, make_jaxpr
+from ._fallback import with_unscaled_fallback
 from ._interpret import eval_jaxpr_series
 from ._one_kernel import fits_one_kernel
 from ._series import (
@@ -180,42 +181,6 @@ def _to_derivatives(c, order: int, scale: float, exact: bool = False, first: int
     return times_exact(c, [Fraction(math.factorial(k)) / h**k for k in range(first, order + 1)])
 
 
-def _merged(scaled, unscaled):
-    """Each order from the pass along `h` times the direction where it is finite, else
-    from the unscaled one.
-
-    One line scale cannot suit every order of every function: `h ~ (K!)^(1/K)` keeps
-    the orders of entire functions (derivatives of size 1, coefficients `h^k/k!`) in
-    range, but for a function with a nearby singularity (derivatives `k!/r^k`) it makes
-    the coefficients `(h/r)^k` overflow at orders whose derivatives are representable.
-    Unscaled, those coefficients are `r^-k`, below the derivatives, and they overflow
-    only when the derivatives do; the scaled pass covers what underflows unscaled.
-    """
-    # A 0 from the unscaled pass may be an underflowed coefficient times `k!`: keep the
-    # scaled pass's inf or nan then, never a silent 0.
-    usable = jnp.isfinite(unscaled) & (unscaled != 0)
-    return jnp.where(jnp.isfinite(scaled), scaled, jnp.where(usable, unscaled, scaled))
-
-
-def _with_unscaled_fallback(scaled: list, unscaled: Callable[[], list]) -> list:
-    """The derivatives `scaled` (from the pass along `h` times the direction, stacked with
-    the primal in row 0) merged order by order with `unscaled()`'s (`_merged`) where they
-    are not finite. The primal is the scaled pass's, as it is: both passes compute it, but
-    XLA may evaluate a long primal (float32 `lgamma`) a few ulps apart in a select.
-
-    Both passes always run. Skipping the unscaled one under `lax.cond` when every scaled
-    derivative is finite halved a scalar call at order 100 (121 -> 58 us), but under
-    `vmap` the cond becomes a select after both passes, and the seed chain ran 1.1-1.6x
-    slower batched (float32 at orders 16 and 24, float64 at 64; 65,536 points).
-    """
-    return [
-        lax.concatenate([c[:1], _merged(c[1:], u[1:])], 0)
-        if jnp.issubdtype(c.dtype, jnp.inexact)
-        else c
-        for c, u in zip(scaled, unscaled())
-    ]
-
-
 def _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order: int, unit: bool, scale: float):
     """(primals, coefficients 1..order) of one pass along `scale` times the direction."""
     seeds = _seeds(x_leaves, v_leaves, order, unit, scale)
@@ -237,9 +202,12 @@ def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exa
             c = _output_stack(o, v.aval, order)
             stacks.append(_to_derivatives(c, order, scale, exact, first=0) if inexact else c)
         else:
+            # Stacked first, then scaled (row 0 by `0! = 1`): a concatenate of the primal
+            # and the scaled rows ran 2.5x slower on XLA:CPU (float32, K = 24, 65,536
+            # points: 206 against 77 ms; `benchmarks/bench_float32.py`).
             p, c = _output(o, v.aval, order)
-            c = _to_derivatives(c, order, scale, exact) if inexact else c
-            stacks.append(lax.concatenate([p[None], c], 0))
+            c = lax.concatenate([p[None], c], 0)
+            stacks.append(_to_derivatives(c, order, scale, exact, first=0) if inexact else c)
     return stacks
 
 
@@ -260,9 +228,14 @@ def _derivatives_program(order: int, unit: bool = False):
             args = (jaxpr, consts, x_leaves, v_leaves, order, unit)
             stacks = _derivatives_pass(*args, scale)
             if scale != 1.0:
-                stacks = _with_unscaled_fallback(
-                    stacks, lambda: _derivatives_pass(*args, 1.0, exact=True)
-                )
+                n, m = len(consts), len(consts) + len(x_leaves)
+
+                def unscaled(*ops):
+                    c, xs, vs = list(ops[:n]), list(ops[n:m]), list(ops[m:])
+                    return _derivatives_pass(jaxpr, c, xs, vs, order, unit, 1.0, exact=True)
+
+                operands = [*consts, *x_leaves, *v_leaves]
+                stacks = with_unscaled_fallback(stacks, unscaled, operands, first=1)
             return stacks
 
         return program
@@ -416,13 +389,19 @@ def _jet_pass(jaxpr, consts, primals, terms, order: int, scale: float | None, ex
         if order == 0:
             series.append(Series.constant(p))
             continue
-        c = jnp.stack([p] + [jnp.asarray(t, p.dtype) for t in ts])
+        rows = [jnp.asarray(t, p.dtype) for t in ts]
         if scale == 1.0 and not exact:
-            c = c / factorials(order, p.ndim, p.dtype).astype(c.dtype)
+            inverse = 1 / factorials(order, 0, p.dtype)
+            rows = [r * inverse[k + 1].astype(r.dtype) for k, r in enumerate(rows)]
         elif scale is not None:
             h = Fraction(scale)
-            c = times_exact(c, [h**k / math.factorial(k) for k in range(order + 1)])
-        series.append(Series(c))
+            factors = [h ** (k + 1) / math.factorial(k + 1) for k in range(len(rows))]
+            rows = [times_exact(r, q) for r, q in zip(rows, factors)]
+        # Rows of their own (`known_rows`), as a line's seed has: products of two such
+        # series sum row products rather than shifted stacks, which XLA:CPU fused into
+        # kernels that recomputed their operands (a chain of exp, cos and a division at
+        # K = 12: 341 against 8 ms; `benchmarks/bench_float32.py`).
+        series.append(Series(stack_rows([p, *rows])))
     outs = eval_jaxpr_series(jaxpr, consts, series, order)
     pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
     coeffs = [
@@ -441,13 +420,19 @@ def _jet_program(order: int, factorial_scaled: bool):
                 return _jet_pass(jaxpr, consts, primals, terms, order, None, False)
             # Derivative terms go in as `x^(k) h^k / k!` and come out divided by the same:
             # a pass along `h` times the input series (see `derivative_scale`), merged
-            # order by order with an unscaled pass where it overflows (see `_merged`).
+            # order by order with an unscaled pass where it overflows (`taylax._fallback`).
             scale = _pass_scale(order, primals)
             primals_out, coeffs = _jet_pass(jaxpr, consts, primals, terms, order, scale, False)
             if scale != 1.0 and order:
-                coeffs = _with_unscaled_fallback(
-                    coeffs, lambda: _jet_pass(jaxpr, consts, primals, terms, order, 1.0, True)[1]
-                )
+                n, m = len(consts), len(consts) + len(primals)
+
+                def unscaled(*ops):
+                    c, ps = list(ops[:n]), list(ops[n:m])
+                    ts = [list(ops[m + i * order : m + (i + 1) * order]) for i in range(len(ps))]
+                    return _jet_pass(jaxpr, c, ps, ts, order, 1.0, True)[1]
+
+                operands = [*consts, *primals, *(t for ts in terms for t in ts)]
+                coeffs = with_unscaled_fallback(coeffs, unscaled, operands, first=0)
             return primals_out, coeffs
 
         return program

@@ -1,4 +1,5 @@
-"""Rules for primitives that carry sub-programs: jit, closed_call, remat, custom_jvp/vjp.
+"""Rules for primitives that carry sub-programs: jit, closed_call, remat, custom_jvp/vjp,
+and taylax's own unscaled fallback.
 
 A `jit` sub-program is transformed once per (jaxpr, order, input degrees) and
 re-bound as a `jit`, so a function called from many places is transformed and
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _compat, _series as ks
+from .._fallback import fallback_p, impl_jaxpr
 from .._interpret import eval_jaxpr_series, register_rule
 from .._series import Series, derivative_series, integrate
 
@@ -173,3 +175,11 @@ def _remat(order, *xs, jaxpr, prevent_cse, differentiated, policy):
     arrays = [x.primal if x.is_constant else x.coeffs for x in xs]
     outs = jax.checkpoint(body, prevent_cse=prevent_cse, policy=policy)(*arrays)
     return from_outputs(outs, [v.aval for v in jaxpr.outvars])
+
+
+@register_rule(fallback_p)
+def _unscaled_fallback(order, *xs, **params):
+    # A pass over `taylax.derivatives` at a high order runs the primitive's conditional.
+    avals = [jax.ShapeDtypeStruct(np.shape(x.primal), jnp.result_type(x.primal)) for x in xs]
+    closed = impl_jaxpr(avals, **params)
+    return eval_jaxpr_series(closed.jaxpr, closed.consts, xs, order)

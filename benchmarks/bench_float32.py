@@ -1,0 +1,131 @@
+"""float32 derivatives at orders 13-32: the stretched pass and its fallback against one pass.
+
+Past order 12 `k!` leaves float32's range, so `taylax.derivatives` and `taylax.jet`
+run their pass along `h` times the direction and take an order from a second, unscaled
+pass only where the stretched one is not finite (`taylax._fallback`). This script
+measures what that costs against one pass of the same order, `taylax.taylor` (the
+coefficients, no stretch, no fallback), in one process, float32 (x64 off), on the
+default backend:
+
+* `derivatives`: `jax.jit(taylax.derivatives(f, K))(t, v)` on the whole array of `--n`
+  points, and per point under `jax.vmap`;
+* `one pass`: `taylax.taylor(f, K)` the same two ways;
+* `jet`: `taylax.jet(f, (t,), ([v, 0, ...],))` on the whole array;
+* `jax jet`: `jax.experimental.jet` on the whole array (orders up to 16: at 24 and 32
+  its steady state is seconds).
+
+Chains: the two of `gpu_check.py`, two more of our own, and `1/(1.2 - t)` near its pole
+(`pole-fallback`),
+where the stretched pass overflows and the fallback runs (its worst case). Steady state
+is the minimum over `--rounds` interleaved rounds (`bench_batched.interleaved_minimum`).
+
+Writes `benchmarks/results/float32.md`.
+
+    python benchmarks/bench_float32.py                      # K = 13, 16, 24, 32
+    python benchmarks/bench_float32.py --orders 16 --n 16384
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import jet as jax_jet
+
+import taylax
+from bench_batched import interleaved_minimum
+from gpu_check import CHAINS as GPU_CHAINS
+
+jax.config.update("jax_enable_x64", False)
+
+
+def chain_c(t):
+    return jnp.sin(jnp.sqrt(1.5 + jnp.tanh(jnp.log1p(t * t))))
+
+
+def chain_d(t):
+    return jnp.cos(jnp.exp(0.3 * t)) / (2.0 + t**3)
+
+
+def pole(t):
+    return 1 / (1.2 - t)
+
+
+CHAINS = {
+    **GPU_CHAINS,
+    "sin-sqrt-tanh-log1p": chain_c,
+    "cos-exp-div-pow": chain_d,
+    "pole-fallback": pole,
+}
+JAX_JET_MAX_ORDER = 16
+RESULTS = Path(__file__).resolve().parent / "results" / "float32.md"
+
+
+def contenders(f, K: int) -> dict:
+    def jet_terms(v):
+        return [v] + [jnp.zeros_like(v)] * (K - 1)
+
+    fns = {
+        "derivatives": taylax.derivatives(f, K),
+        "derivatives (vmap)": jax.vmap(taylax.derivatives(f, K)),
+        "one pass": taylax.taylor(f, K),
+        "one pass (vmap)": jax.vmap(taylax.taylor(f, K)),
+        "jet": lambda t, v: taylax.jet(f, (t,), (jet_terms(v),)),
+    }
+    if K <= JAX_JET_MAX_ORDER:
+        fns["jax jet"] = lambda t, v: jax_jet.jet(f, (t,), (jet_terms(v),))
+    return {name: jax.jit(fn) for name, fn in fns.items()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--orders", default="13,16,24,32")
+    parser.add_argument("--n", type=int, default=65536)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--chains", default=None, help="comma-separated names (default: all)")
+    args = parser.parse_args(argv)
+    names = args.chains.split(",") if args.chains else list(CHAINS)
+    # Near the pole for `pole`, a span inside every chain's domain for the others.
+    lines = []
+
+    def emit(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    emit(f"# {jax.devices()[0].device_kind}, jax {jax.__version__}, float32, N = {args.n}")
+    header = "| chain | K | derivatives / one pass | vmap / one pass (vmap) | jet / one pass |"
+    emit(header + " ms: derivatives, vmap, one pass, one pass (vmap), jet, jax jet |")
+    emit("|---|---|---|---|---|---|")
+    for name in names:
+        f = CHAINS[name]
+        lo, hi = (0.1, 0.3) if f is pole else (0.1, 0.9)
+        t = jnp.linspace(lo, hi, args.n, dtype=jnp.float32)
+        v = jnp.ones_like(t)
+        for K in (int(k) for k in args.orders.split(",")):
+            fns = contenders(f, K)
+            ms = interleaved_minimum(fns, {n: (t, v) for n in fns}, args.rounds, budget_s=30.0)
+            row = {
+                "chain": name,
+                "K": K,
+                "ms": ms,
+                "derivatives / one pass": ms["derivatives"] / ms["one pass"],
+                "vmap / one pass": ms["derivatives (vmap)"] / ms["one pass (vmap)"],
+                "jet / one pass": ms["jet"] / ms["one pass"],
+            }
+            times = ", ".join(f"{ms[k]:.2f}" for k in fns)
+            emit(
+                f"| {name} | {K} | {row['derivatives / one pass']:.2f}x | "
+                f"{row['vmap / one pass']:.2f}x | {row['jet / one pass']:.2f}x | {times} |"
+            )
+            print(json.dumps(row), file=sys.stderr)
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,167 @@
+"""The unscaled fallback of a pass along a stretched line, run only where it is needed.
+
+`taylax.derivatives` and `taylax.jet` at orders whose `k!` leaves a narrow dtype's range
+(float32 from order 13) run their pass along `h` times the direction
+(`taylax._series.derivative_scale`) and take an order from a second, unscaled pass only
+where the stretched one is not finite (`merged`). Most calls never need the second pass,
+so `fallback_p` runs it under `lax.cond` on whether every stretched derivative is
+finite: one pass's time where it is not needed (float32 chains at orders 13-32 ran 2-4x
+one pass's time with both passes always run; `benchmarks/bench_float32.py`).
+
+A primitive rather than a plain `lax.cond`, for `jax.vmap`: a batched `lax.cond` sees
+one predicate per point and becomes a select after both passes, which ran 4x slower
+than the unconditional merge (a float32 chain at order 32, 65,536 points).
+`fallback_p`'s batching rule asks one question for the whole batch (or for each chunk
+of points, inside `taylax._chunks`): the second pass runs, batched, when any point
+needs it, and each point keeps its own merge. Differentiated, the primitive is the
+plain conditional (as `taylax._chunks.chunked_call_p` is its pass), so reverse mode
+transposes ordinary JAX operations; a Taylor pass over it runs the conditional too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import _compat
+
+fallback_p = _compat.Primitive("taylax_unscaled_fallback")
+fallback_p.multiple_results = True
+
+
+def merged(scaled, unscaled):
+    """Each order from the pass along `h` times the direction where it is finite, else
+    from the unscaled one.
+
+    One line scale cannot suit every order of every function: `h ~ (K!)^(1/K)` keeps
+    the orders of entire functions (derivatives of size 1, coefficients `h^k/k!`) in
+    range, but for a function with a nearby singularity (derivatives `k!/r^k`) it makes
+    the coefficients `(h/r)^k` overflow at orders whose derivatives are representable.
+    Unscaled, those coefficients are `r^-k`, below the derivatives, and they overflow
+    only when the derivatives do; the scaled pass covers what underflows unscaled.
+    """
+    # A 0 from the unscaled pass may be an underflowed coefficient times `k!`: keep the
+    # scaled pass's inf or nan then, never a silent 0.
+    usable = jnp.isfinite(unscaled) & (unscaled != 0)
+    return jnp.where(jnp.isfinite(scaled), scaled, jnp.where(usable, unscaled, scaled))
+
+
+def _inexact(stacks) -> list[int]:
+    return [i for i, c in enumerate(stacks) if jnp.issubdtype(c.dtype, jnp.inexact)]
+
+
+def _nan_sum(x):
+    """A real scalar: 0 where every value of `x` is finite, else NaN."""
+    zeros = x * 0
+    if jnp.issubdtype(zeros.dtype, jnp.complexfloating):
+        zeros = zeros.real + zeros.imag
+    return jnp.sum(zeros)
+
+
+def _conditional(scaled: list, operands: list, unscaled: Callable, first: int, axis: int):
+    """`scaled` merged with `unscaled(operands)` from row `first` of axis `axis` on, the
+    second pass run only when some merged row of `scaled` is not finite."""
+    inexact = _inexact(scaled)
+    rows = (slice(None),) * axis + (slice(first, None),)
+    # `x * 0` is 0 where `x` is finite and NaN where not: one sum says whether all are,
+    # and XLA:CPU reduces a sum faster than a conjunction of `isfinite` (at K = 32 the
+    # check took 7 of 44 ms with `isfinite`, under the noise with the sum).
+    # Over whole stacks, the primal's row too (a non-finite primal only runs the second
+    # pass for nothing): a slice of the rows had XLA compute the stack twice.
+    finite = jnp.isfinite(sum(_nan_sum(scaled[i]) for i in inexact))
+
+    def merge(args):
+        stacks, ops = list(args[0]), list(args[1])
+        fallback = unscaled(ops)
+        for i in inexact:
+            c = stacks[i]
+            tail = merged(c[rows], fallback[i][rows])
+            head = c[(slice(None),) * axis + (slice(0, first),)]
+            stacks[i] = lax.concatenate([head, tail], axis) if first else tail
+        return stacks
+
+    return lax.cond(finite, lambda args: list(args[0]), merge, (list(scaled), list(operands)))
+
+
+def with_unscaled_fallback(
+    scaled: list, unscaled: Callable[..., list], operands: list, first: int
+) -> list:
+    """The derivatives `scaled` (from the pass along `h` times the direction, stacked
+    along a leading axis) merged order by order with `unscaled(*operands)`'s (`merged`)
+    where they are not finite, from row `first` on: 1 where row 0 holds the primal, which
+    stays the scaled pass's as it is (both passes compute it, but XLA may evaluate a long
+    primal, float32 `lgamma`, a few ulps apart in a select); 0 for derivative terms.
+
+    `unscaled` runs only when some scaled derivative is not finite (see the module
+    docstring). It is traced here, under the emission policy in force, and must be a
+    function of `operands` alone.
+    """
+    scaled, operands = list(scaled), [jnp.asarray(a) for a in operands]
+    if not _inexact(scaled):
+        return scaled
+    avals = [jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)) for a in operands]
+    closed = jax.make_jaxpr(lambda *ops: list(unscaled(*ops)))(*avals)
+    return fallback_p.bind(*scaled, *operands, unscaled=closed, first=first, n_scaled=len(scaled))
+
+
+def _run(closed):
+    return lambda ops: _compat.jaxpr_as_fun(closed)(*ops)
+
+
+def _impl(*args, unscaled, first: int, n_scaled: int):
+    scaled, operands = list(args[:n_scaled]), list(args[n_scaled:])
+    return _conditional(scaled, operands, _run(unscaled), first, 0)
+
+
+def _abstract_eval(*avals, unscaled, first: int, n_scaled: int):
+    del unscaled, first
+    return [_compat.shaped_array(a.shape, a.dtype) for a in avals[:n_scaled]]
+
+
+def _batch(axis_data, args, dims, *, unscaled, first: int, n_scaled: int):
+    params = dict(unscaled=unscaled, first=first, n_scaled=n_scaled)
+    if all(d is None for d in dims):
+        return fallback_p.bind(*args, **params), [None] * n_scaled
+    size = axis_data.size
+    # The stretched stacks with the batch axis in front (broadcast where a stack does not
+    # depend on the batch), so that one predicate covers every point.
+    scaled = [
+        jnp.broadcast_to(a, (size,) + a.shape) if d is None else jnp.moveaxis(a, d, 0)
+        for a, d in zip(args[:n_scaled], dims[:n_scaled])
+    ]
+
+    def batched(ops):
+        run = _compat.jaxpr_as_fun(unscaled)
+        outs = jax.vmap(
+            lambda *o: list(run(*o)),
+            in_axes=list(dims[n_scaled:]),
+            axis_name=axis_data.name,
+            axis_size=size,
+            spmd_axis_name=axis_data.spmd_name,
+        )(*ops)
+        return list(outs)
+
+    outs = _conditional(scaled, list(args[n_scaled:]), batched, first, 1)
+    return outs, [0] * n_scaled
+
+
+def _jvp(primals, tangents, **params):
+    tangents = [_compat.ad.instantiate_zeros(t) for t in tangents]
+    return jax.jvp(lambda *a: _impl(*a, **params), list(primals), tangents)
+
+
+def impl_jaxpr(avals, **params):
+    """The primitive's program (the conditional) as a closed jaxpr over `avals`: what
+    an interpreter that has no rule of its own for it (a Taylor pass) runs instead."""
+    return jax.make_jaxpr(lambda *a: _impl(*a, **params))(*avals)
+
+
+fallback_p.def_impl(_impl)
+fallback_p.def_abstract_eval(_abstract_eval)
+_compat.mlir.register_lowering(fallback_p, _compat.mlir.lower_fun(_impl, multiple_results=True))
+_compat.ad.primitive_jvps[fallback_p] = _jvp
+_compat.batching.fancy_primitive_batchers[fallback_p] = _batch
