@@ -94,9 +94,9 @@ def jet_chain(f, K):
     return jax.jit(run)
 
 
-def nested_levels(f, K, v=None):
+def nested_levels(f, K, v=None, stacked=True):
     """`t -> stack(f, f', ..., f^(K))` by `jax.jvp` nested K times along `v` (default:
-    ones like `t`)."""
+    ones like `t`); with `stacked=False`, the list of them."""
 
     def along(t):
         return jnp.ones_like(t) if v is None else v
@@ -104,6 +104,8 @@ def nested_levels(f, K, v=None):
     levels = [f]
     for _ in range(K):
         levels.append((lambda g: lambda t: jax.jvp(g, (t,), (along(t),))[1])(levels[-1]))
+    if not stacked:
+        return lambda t: [g(t) for g in levels]
     return lambda t: jnp.stack([g(t) for g in levels])
 
 

@@ -9,8 +9,12 @@ programs, each along a direction argument `v` (`jax.jit(lambda x, v: ...)(x, v)`
 * `mlp30`: a 30-layer tanh MLP of width 64 summed to a scalar, at a point of R^64;
 * `pendulum`: 40 unrolled explicit Euler steps of a damped pendulum, state (2,).
 
-Each cell is trace + compile + first run of the jitted function, in a fresh process,
-timed inside it (imports excluded), stopped after `--timeout` seconds. Usage::
+Each contender returns derivatives 0..K along `v` (`--outputs all`, the default):
+`taylax.derivatives`' stack, jet's primal and terms and nested jvp's levels as lists.
+`--outputs top` keeps the K-th alone, with which jet's program compiles faster (its first
+call at K = 4 on `rk4`: 3.2 s, against 11 s for all orders). Each cell is trace +
+compile + first run of the jitted function, in a fresh process, timed inside it
+(imports excluded), stopped after `--timeout` seconds. Usage::
 
     python benchmarks/bench_large.py [--orders 2,4,8] [--programs rk4,mlp30,pendulum]
 
@@ -71,7 +75,7 @@ def build(program: str):
     return pendulum, jnp.array([0.4, -0.2]), jnp.array([1.0, 0.5])
 
 
-def child(program: str, K: int, who: str) -> None:
+def child(program: str, K: int, who: str, outputs: str = "all") -> None:
     """Time one first call in this (fresh) process and print it as JSON."""
     import time
 
@@ -83,36 +87,40 @@ def child(program: str, K: int, who: str) -> None:
     from jax.experimental import jet
 
     import taylax
+    from bench_batched import nested_levels
 
     f, x, v = build(program)
     if who == "taylax":
-        g = jax.jit(lambda x, v: taylax.derivatives(f, K)(x, v)[-1])
+
+        def all_orders(x, v):
+            return taylax.derivatives(f, K)(x, v)
+
     elif who == "jet":
         zeros = (jnp.zeros_like(v),) * (K - 1)
-        g = jax.jit(lambda x, v: jet.jet(f, (x,), ((v,) + zeros,))[1][-1])
+
+        # As jet returns them: stacked, the unrolled RK4's terms at K = 4 compiled for
+        # more than 250 s (XLA fused the stack with the whole program), 11 s unstacked.
+        def all_orders(x, v):
+            primal, terms = jet.jet(f, (x,), ((v,) + zeros,))
+            return [primal, *terms]
+
     else:
 
-        def along(h, v):
-            return lambda x: jax.jvp(h, (x,), (v,))[1]
+        def all_orders(x, v):
+            return nested_levels(f, K, v, stacked=False)(x)
 
-        def nested(x, v):
-            h = f
-            for _ in range(K):
-                h = along(h, v)
-            return h(x)
-
-        g = jax.jit(nested)
+    g = jax.jit(all_orders if outputs == "all" else lambda x, v: all_orders(x, v)[-1])
     start = time.perf_counter()
     out = jax.block_until_ready(g(x, v))
     first = time.perf_counter() - start
     print(json.dumps({"first_s": first, "value": np.asarray(out).ravel()[:4].tolist()}))
 
 
-def first_call(program: str, K: int, who: str, timeout: float) -> dict:
+def first_call(program: str, K: int, who: str, timeout: float, outputs: str = "all") -> dict:
     """`{"first_s": ..., "value": ...}` from a fresh process, or `{"timeout": seconds}`."""
     try:
         done = subprocess.run(
-            [sys.executable, __file__, "--child", program, str(K), who],
+            [sys.executable, __file__, "--child", program, str(K), who, outputs],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -133,13 +141,13 @@ def _cell(r: dict) -> str:
     return "skipped" if r.get("error") == "skipped" else "error"
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[dict], outputs: str = "all") -> str:
     import jax
 
     device = jax.devices()[0].device_kind
     lines = [
         f"First call (trace + compile + first run, fresh process; jax {jax.__version__}, "
-        f"{device}, float64):",
+        f"{device}, float64; outputs: {'derivatives 0..K' if outputs == 'all' else 'order K'}):",
         "",
         "| program | K | taylax | jet | nested jvp | taylax / jet |",
         "|---|---|---|---|---|---|",
@@ -159,13 +167,14 @@ def markdown(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
-        child(argv[1], int(argv[2]), argv[3])
+        child(argv[1], int(argv[2]), argv[3], argv[4])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orders", default="2,4,8")
     parser.add_argument("--programs", default=",".join(PROGRAMS))
     parser.add_argument("--timeout", type=float, default=100.0)
     parser.add_argument("--nested-max-order", type=int, default=2)
+    parser.add_argument("--outputs", choices=("all", "top"), default="all")
     args = parser.parse_args(argv)
     rows = []
     for program in args.programs.split(","):
@@ -175,10 +184,10 @@ def main(argv=None) -> int:
                 if who == "nested jvp" and K > args.nested_max_order:
                     results[who] = {"error": "skipped"}
                     continue
-                results[who] = first_call(program, K, who, args.timeout)
+                results[who] = first_call(program, K, who, args.timeout, args.outputs)
             rows.append({"program": program, "order": K, "results": results})
             print(program, K, {k: _cell(v) for k, v in results.items()}, flush=True)
-    text = markdown(rows)
+    text = markdown(rows, args.outputs)
     RESULTS_DIR.mkdir(exist_ok=True)
     (RESULTS_DIR / "large.md").write_text(text)
     (RESULTS_DIR / "large.json").write_text(json.dumps(rows, indent=1))
