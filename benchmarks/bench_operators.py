@@ -408,10 +408,23 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--out-dir", default=str(RESULTS_DIR))
     parser.add_argument("--first-call", nargs=2, metavar=("KIND", "D"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--residual-batch",
+        type=int,
+        default=None,
+        help="only the residual network's Laplacian at this batch, d = 8, 32, 128 (printed)",
+    )
     args = parser.parse_args(argv)
     if args.first_call:
         kind, d = args.first_call
         print(json.dumps(first_call_child(kind, int(d))))
+        return 0
+    if args.residual_batch:
+        global BATCH
+        BATCH = args.residual_batch
+        for row in residual_rows([8, 32, 128], args.rounds):
+            ms = row["ms"]
+            print(f"d = {row['d']}, batch {BATCH}: taylax / folx {ms['taylax'] / ms['folx']:.2f}")
         return 0
     dims = [8, 32] if args.quick else [8, 32, 128]
     dtypes = ["float64"] if args.quick else ["float32", "float64"]

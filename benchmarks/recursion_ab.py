@@ -1,0 +1,79 @@
+"""The nested-derivative recursion's first call: this tree against an earlier commit.
+
+Runs `python -m taylax._recursion <contender> <k>` (one first call in a fresh process,
+`taylax._recursion._worker`) alternately with this checkout's `src` and with the `src`
+of `--base` (checked out into a temporary git worktree), `--processes` times each, and
+prints every first call and the medians. `jax.jacfwd`'s first call at `--jacfwd-k`
+(default 7) is timed the same way, for the issue's bound (taylax at k = 20 at most
+`jax.jacfwd` at k = 7).
+
+    python benchmarks/recursion_ab.py --base 5ce19c2 --ks 9,20 --processes 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def first_call(src: Path, contender: str, k: int) -> float:
+    env = dict(os.environ, PYTHONPATH=str(src))
+    done = subprocess.run(
+        [sys.executable, "-m", "taylax._recursion", contender, str(k)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])["first_call_s"]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="5ce19c2")
+    parser.add_argument("--ks", default="9,20")
+    parser.add_argument("--processes", type=int, default=5)
+    parser.add_argument("--jacfwd-k", type=int, default=7)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "base"
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base), args.base],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            trees = {"head": ROOT / "src", args.base: base / "src"}
+            for k in (int(k) for k in args.ks.split(",")):
+                seen = {label: [] for label in trees}
+                for _ in range(args.processes):
+                    for label, src in trees.items():
+                        seen[label].append(first_call(src, "taylax", k))
+                cells = ", ".join(
+                    f"{label} {statistics.median(v):.2f} s ("
+                    + " ".join(f"{x:.2f}" for x in v)
+                    + ")"
+                    for label, v in seen.items()
+                )
+                print(f"taylax k = {k}: {cells}", flush=True)
+            jac = [first_call(ROOT / "src", "jax", args.jacfwd_k) for _ in range(args.processes)]
+            print(f"jax.jacfwd k = {args.jacfwd_k}: median {statistics.median(jac):.2f} s")
+        finally:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)],
+                check=False,
+                capture_output=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
