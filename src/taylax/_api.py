@@ -228,14 +228,12 @@ def _derivatives_program(order: int, unit: bool = False):
             args = (jaxpr, consts, x_leaves, v_leaves, order, unit)
             stacks = _derivatives_pass(*args, scale)
             if scale != 1.0:
-                n, m = len(consts), len(consts) + len(x_leaves)
-
-                def unscaled(*ops):
-                    c, xs, vs = list(ops[:n]), list(ops[n:m]), list(ops[m:])
-                    return _derivatives_pass(jaxpr, c, xs, vs, order, unit, 1.0, exact=True)
-
-                operands = [*consts, *x_leaves, *v_leaves]
-                stacks = with_unscaled_fallback(stacks, unscaled, operands, first=1)
+                stacks = with_unscaled_fallback(
+                    stacks,
+                    lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, 1.0, exact=True),
+                    (list(consts), list(x_leaves), list(v_leaves)),
+                    first=1,
+                )
             return stacks
 
         return program
@@ -391,8 +389,8 @@ def _jet_pass(jaxpr, consts, primals, terms, order: int, scale: float | None, ex
             continue
         rows = [jnp.asarray(t, p.dtype) for t in ts]
         if scale == 1.0 and not exact:
-            inverse = 1 / factorials(order, 0, p.dtype)
-            rows = [r * inverse[k + 1].astype(r.dtype) for k, r in enumerate(rows)]
+            k_factorial = factorials(order, 0, p.dtype)
+            rows = [r / k_factorial[k + 1].astype(r.dtype) for k, r in enumerate(rows)]
         elif scale is not None:
             h = Fraction(scale)
             factors = [h ** (k + 1) / math.factorial(k + 1) for k in range(len(rows))]
@@ -424,15 +422,12 @@ def _jet_program(order: int, factorial_scaled: bool):
             scale = _pass_scale(order, primals)
             primals_out, coeffs = _jet_pass(jaxpr, consts, primals, terms, order, scale, False)
             if scale != 1.0 and order:
-                n, m = len(consts), len(consts) + len(primals)
-
-                def unscaled(*ops):
-                    c, ps = list(ops[:n]), list(ops[n:m])
-                    ts = [list(ops[m + i * order : m + (i + 1) * order]) for i in range(len(ps))]
-                    return _jet_pass(jaxpr, c, ps, ts, order, 1.0, True)[1]
-
-                operands = [*consts, *primals, *(t for ts in terms for t in ts)]
-                coeffs = with_unscaled_fallback(coeffs, unscaled, operands, first=0)
+                coeffs = with_unscaled_fallback(
+                    coeffs,
+                    lambda ops: _jet_pass(jaxpr, *ops, order, 1.0, True)[1],
+                    (list(consts), list(primals), [list(ts) for ts in terms]),
+                    first=0,
+                )
             return primals_out, coeffs
 
         return program

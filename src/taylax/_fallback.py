@@ -87,25 +87,25 @@ def _conditional(scaled: list, operands: list, unscaled: Callable, first: int, a
     return lax.cond(finite, lambda args: list(args[0]), merge, (list(scaled), list(operands)))
 
 
-def with_unscaled_fallback(
-    scaled: list, unscaled: Callable[..., list], operands: list, first: int
-) -> list:
+def with_unscaled_fallback(scaled: list, unscaled: Callable, operands, first: int) -> list:
     """The derivatives `scaled` (from the pass along `h` times the direction, stacked
-    along a leading axis) merged order by order with `unscaled(*operands)`'s (`merged`)
+    along a leading axis) merged order by order with `unscaled(operands)`'s (`merged`)
     where they are not finite, from row `first` on: 1 where row 0 holds the primal, which
     stays the scaled pass's as it is (both passes compute it, but XLA may evaluate a long
     primal, float32 `lgamma`, a few ulps apart in a select); 0 for derivative terms.
 
     `unscaled` runs only when some scaled derivative is not finite (see the module
     docstring). It is traced here, under the emission policy in force, and must be a
-    function of `operands` alone.
+    function of `operands` (a pytree of arrays) alone.
     """
-    scaled, operands = list(scaled), [jnp.asarray(a) for a in operands]
+    scaled = list(scaled)
     if not _inexact(scaled):
         return scaled
-    avals = [jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)) for a in operands]
-    closed = jax.make_jaxpr(lambda *ops: list(unscaled(*ops)))(*avals)
-    return fallback_p.bind(*scaled, *operands, unscaled=closed, first=first, n_scaled=len(scaled))
+    leaves, tree = jax.tree.flatten(operands)
+    leaves = [jnp.asarray(a) for a in leaves]
+    avals = [jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)) for a in leaves]
+    closed = jax.make_jaxpr(lambda *ls: list(unscaled(jax.tree.unflatten(tree, ls))))(*avals)
+    return fallback_p.bind(*scaled, *leaves, unscaled=closed, first=first, n_scaled=len(scaled))
 
 
 def _run(closed):
