@@ -64,7 +64,7 @@ def _nan_sum(x):
 
 def _conditional(scaled: list, operands: list, unscaled: Callable, first: int, axis: int):
     """`scaled` merged with `unscaled(operands)` from row `first` of axis `axis` on, the
-    second pass run only when some merged row of `scaled` is not finite."""
+    second pass run only when some value of `scaled` (row 0 included) is not finite."""
     inexact = _inexact(scaled)
     rows = (slice(None),) * axis + (slice(first, None),)
     # `x * 0` is 0 where `x` is finite and NaN where not: one sum says whether all are,
