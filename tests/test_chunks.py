@@ -143,6 +143,24 @@ def test_chunk_size_by_order():
     assert _scan_lengths(jax.vmap(taylax.derivatives(damped_wave, 8)), t) == []
 
 
+def test_chunks_shrink_until_their_buffers_fit(emission):
+    """A pass whose buffers outgrow `chunk_max_bytes` in chunks of `chunk_points` runs in
+    smaller chunks: this chain keeps 52 buffers and 16 output rows at order 16, 34 MiB
+    over 65,536 points, which one chunk of 65,536 would not split."""
+
+    def chain(t):
+        return jnp.sqrt(1 + jnp.tanh(jnp.log1p(t * t))) * jnp.sin(t)
+
+    t = jnp.linspace(-0.9, 0.9, 65536)
+    d = jax.vmap(taylax.derivatives(chain, 16))
+    count, per_point = _chunks.buffered_bytes(iter_equations(jax.make_jaxpr(d)(t[:1])))
+    assert per_point * 65536 > taylax.CPU.chunk_max_bytes
+    (length,) = _scan_lengths(d, t)
+    assert 2 <= length and (65536 // length) * per_point <= taylax.CPU.chunk_max_bytes
+    emission(chunk_max_bytes=None)
+    assert _scan_lengths(d, t) == []
+
+
 def test_chunks_with_a_remainder_equal_one_vmap(small_chunks):
     t = jnp.linspace(0.5, 1.5, 53)
     d = taylax.derivatives(damped_wave, 20)

@@ -116,6 +116,17 @@ LOW_DEGREE = {
     ),
     "sqrt(1+t^2)": (lambda t: jnp.sqrt(1 + t**2), lambda t: mpmath.sqrt(1 + t**2)),
     "sin(t^2)": (lambda t: jnp.sin(t**2), lambda t: mpmath.sin(t**2)),
+    # log and log1p divide by their argument, which keeps its own (low) degree.
+    "log(1+t^2)": (lambda t: jnp.log(1 + t**2), lambda t: mpmath.log(1 + t**2)),
+    "log1p(t^2+t^3/4)": (
+        lambda t: jnp.log1p(t * t + t**3 / 4),
+        lambda t: mpmath.log(1 + t**2 + t**3 / 4),
+    ),
+    # So do powers and the integrals (atan, acosh, erf: `y' = g(x) x'`).
+    "(1+t^2)^1.5": (lambda t: (1 + t * t) ** 1.5, lambda t: (1 + t**2) ** 1.5),
+    "atan(t^2)": (lambda t: jnp.arctan(t * t), lambda t: mpmath.atan(t**2)),
+    "acosh(2+t^2)": (lambda t: jnp.arccosh(2 + t * t), lambda t: mpmath.acosh(2 + t**2)),
+    "erf(t^2/2)": (lambda t: jsp.erf(t * t / 2), lambda t: mpmath.erf(t**2 / 2)),
     "sqrt(1+t^2) exp(sin t)": (
         lambda t: jnp.sqrt(1 + t**2) * jnp.exp(jnp.sin(t)),
         lambda t: mpmath.sqrt(1 + t**2) * mpmath.exp(mpmath.sin(t)),
@@ -147,6 +158,20 @@ def assert_matches_mpmath(f, exact, x0: float | complex, order: int) -> None:
 def test_low_degree_recurrences_match_mpmath(name, order):
     for x0 in (0.7, -1.3):
         assert_matches_mpmath(*LOW_DEGREE[name], x0, order)
+
+
+@pytest.mark.parametrize("log", [lambda t: jnp.log(1 + t * t), lambda t: jnp.log1p(t * t)])
+def test_log_of_a_low_degree_argument_is_linear_in_the_order(log):
+    # The argument keeps its degree (2): coefficient k of its division sums two terms, so
+    # the products grow linearly in K and no loop appears up to the low-degree bound
+    # (zero-padded to K rows it summed k: 142 products at K = 16, a loop at 32).
+    muls = {
+        k: taylax.equation_counts(jax.make_jaxpr(taylax.derivatives(log, k))(0.3))
+        for k in (8, 16, 32)
+    }
+    assert all(counts.get("while", 0) == 0 for counts in muls.values())
+    assert muls[32]["mul"] - muls[16]["mul"] == 2 * (muls[16]["mul"] - muls[8]["mul"])
+    assert muls[16]["mul"] <= 4 * 16
 
 
 def _summed_exps(t):

@@ -75,7 +75,9 @@ class EmissionPolicy:
     - `element_chunk`: stacked elements per chunk when an elementwise recurrence in a
       loop runs chunk by chunk over its elements (`lax.map`); None never chunks.
     - `point_chunks`: whether a large `vmap` of a pass may run as a loop over chunks of
-      points (`taylax._chunks`, whose thresholds are `chunk_points` etc.).
+      points (`taylax._chunks`, whose thresholds are `chunk_points` etc.);
+      `chunk_max_bytes`: chunks are halved (down to `high_order_chunk_points`) until
+      their buffers fit in it; None keeps `chunk_points`.
 
     **Values computed once** (`taylax._once`): at orders up to
     `unmarked_any_size_max_order` no value is marked; up to `unmarked_max_order`, values
@@ -127,6 +129,7 @@ class EmissionPolicy:
     high_order: int = 16
     high_order_chunk_points: int = 1 << 13
     high_order_min_bytes: int = 16 << 20
+    chunk_max_bytes: int | None = 16 << 20
     chunked_max_order: int = 32
     output_rows_min_bytes: int = 16 << 20
     mark_values: bool = True

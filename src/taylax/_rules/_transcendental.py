@@ -339,7 +339,8 @@ def _log_general(order, x):
 
 
 def _log1p_general(order, x):
-    c = _full(x, order)
+    # `x` keeps its own degree, as in `log_series`.
+    c = x.coeffs[: order + 1]
     g = ks.divide(ks.derivative_series(c), ks.with_primal(c, 1 + x.primal)[:order], order - 1)
     return Series(ks.integrate(g, lax.log1p(x.primal), order))
 
@@ -349,8 +350,12 @@ univariate(lax.log1p_p, _log_line(True), _log1p_general)
 
 
 def _integral(x: Series, g, y0, order: int) -> Series:
-    """`y = y0 + integral of g dx`: `y' = g x'`."""
-    c = _full(x, order)
+    """`y = y0 + integral of g dx`: `y' = g x'`.
+
+    `x` keeps its own degree here and in the rules that call this: over a polynomial
+    of low degree (`atan(t^2)`) the products and recurrences sum a few terms per
+    coefficient, where a zero-padded `x` would sum k."""
+    c = x.coeffs[: order + 1]
     dg = ks.cauchy(ks.pad_degree(g, order - 1), ks.derivative_series(c), order - 1)
     return Series(ks.integrate(dg, y0, order))
 
@@ -370,7 +375,7 @@ def _inverse_trig(prim, sign_one, sign_sq, kind, scale=1.0):
         y0 = prim.bind(x.primal, **params)
         if order == 0:
             return Series.constant(y0)
-        c = _full(x, order - 1)
+        c = x.coeffs[:order]
         w = _one_plus(sign_one, sign_sq, c, order - 1)
         if kind == "rsqrt":
             g = _rsqrt_of(w, order - 1)
@@ -402,7 +407,7 @@ def _acosh(order, x, **params):
     y0 = lax.acosh_p.bind(x.primal, **params)
     if order == 0:
         return Series.constant(y0)
-    c = _full(x, order - 1)
+    c = x.coeffs[:order]
     roots = [_rsqrt_of(ks.with_primal(c, c[0] + shift), order - 1) for shift in (-1.0, 1.0)]
     return _integral(x, ks.cauchy(roots[0], roots[1], order - 1), y0, order)
 
@@ -428,7 +433,7 @@ def _erf_like(prim, sign):
         y0 = prim.bind(x.primal, **params)
         if order == 0:
             return Series.constant(y0)
-        c = _full(x, order - 1)
+        c = x.coeffs[:order]
         z = -ks.cauchy(c, c, order - 1)
         (e,) = ks.linear_ode(z, [lax.exp(-x.primal * x.primal)], [[1]], order - 1)
         return _integral(x, (sign * 2 / math.sqrt(math.pi)) * e, y0, order)
