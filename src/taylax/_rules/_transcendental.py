@@ -305,7 +305,7 @@ _tanh_line_or_general = taylor_rules[lax.tanh_p]
 @register_rule(lax.tanh_p)
 def _tanh_rule(order, x, **params):
     """The closed form along a line or the recurrence; for a tanh read only row by row
-    (a large network's hidden layer), the Riccati rows unmarked (see `ks._tanh_riccati`).
+    (a large network's hidden layer), the Riccati rows unmarked (see `ks.tanh_riccati`).
 
     A row-by-row reader (`_linalg._row_dots`) takes each row as its own buffer, so the
     rows need no marking; the Riccati form is used on a line too, where it fuses as well.

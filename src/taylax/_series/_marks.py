@@ -1,0 +1,66 @@
+"""Marks that tell XLA what to keep in a buffer (`computed_once`) and what not to
+rewrite through (`shielded`): a Taylor kernel reads each coefficient once per later
+coefficient, and copies of cheap producers in every reader would make it O(K^3)."""
+
+from __future__ import annotations
+
+import weakref
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .. import _once
+from ._coeffs import Array, real_dtype
+from ._state import one_kernel_pass, pass_order
+
+
+def opaque_one(source: Array) -> Array:
+    """An array of ones shaped like `source` that XLA cannot fold to the constant 1.
+
+    `1 + 0 [source == source]`: the comparison is false for nan, so XLA cannot assume
+    it, and `0 y` is not folded for floats. Exactly 1 for every value of `source`.
+    """
+    dtype = jnp.result_type(source)
+    real = real_dtype(dtype) if jnp.issubdtype(dtype, np.inexact) else jnp.float32
+    same = lax.convert_element_type(source == source, real)
+    return 1 + jnp.zeros((), real) * same
+
+
+def computed_once(value: Array, one: Array) -> Array:
+    """`value` unchanged, marked so that XLA computes it once instead of in every reader.
+
+    XLA copies cheap elementwise producers (sin, cos, products and sums) into each kernel
+    that reads them, and a Taylor kernel reads a coefficient once per later coefficient:
+    the copies make it O(K^3). XLA does not copy an expensive producer such as a
+    division, so `value / one` (with `one = opaque_one(...)`, exactly 1) is computed
+    once into a buffer that the readers share. A reader that divides by it or into it
+    must take it through `shielded`. Large values in passes of low order stay unmarked
+    (`taylax._once`: decided when the program is lowered, from the batched shape), and
+    so does every value of a pass that compiles into one kernel (`one_kernel_pass`).
+    """
+    if one_kernel_pass():
+        return value
+    one = one.astype(jnp.result_type(value))
+    out = _once.mark(value, one, kind="once", pass_order=pass_order())
+    _ONCE[id(out)] = out
+    return out
+
+
+# Outputs of `computed_once`, by id (an entry dies with its array).
+_ONCE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def shielded(x: Array) -> Array:
+    """`x` unchanged, as an operand of a division that keeps `computed_once` intact.
+
+    XLA rewrites `(a / b) / c` into `a / (b c)` and `c / (a / b)` into `(c b) / a`,
+    which moves a `computed_once` value's own computation (`a`) into the dividing
+    kernel: `cos t / (2 + sin t)` computed cos twice, 1.3-1.4x slower at orders 2-8.
+    A product with `opaque_one` (exactly 1) is not a division; it alone is copied into
+    the reader (for complex values part by part: `inf * (1 + 0j)` has a nan part). Other
+    values are returned as they are; where the value is lowered unmarked, so is this.
+    """
+    if _ONCE.get(id(x)) is not x:
+        return x
+    return _once.mark(x, opaque_one(x), kind="shield", pass_order=pass_order())

@@ -1,0 +1,155 @@
+"""Products of stacked series (Cauchy products): sums of row products at low orders,
+shifted sums of stacks above (a few equations per coefficient of the lower-degree
+factor), as the emission policy says."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ._coeffs import Array, degree_of, lift, pad_degree
+from ._rows import has_separate_rows, known_rows, rows_of, stack_rows_as
+from ._state import policy
+
+
+def toeplitz(b: Array, rows: int, cols: int) -> Array:
+    """`T[k, i] = b_{k-i}` (zero outside `0 <= k-i <= deg b`), shape `(rows, cols, *S)`.
+
+    Built by the skew trick, with reshapes and slices only (no gather): `cols` copies of
+    `w` (`b` zero-padded to length `n`), flattened and cut to `cols * (n - 1)` elements,
+    read back as `(cols, n - 1)`, hold `w[k - i]` in row `i`, column `k`.
+    """
+    db = degree_of(b)
+    rest = b.shape[1:]
+    n = max(rows, db + 1) + cols
+    w = pad_degree(b, n - 1)  # (n, *S)
+    copies = lax.broadcast_in_dim(w, (cols, n) + rest, tuple(range(1, 2 + len(rest))))
+    flat = lax.reshape(copies, (cols * n,) + rest)[: cols * (n - 1)]
+    skewed = lax.reshape(flat, (cols, n - 1) + rest)[:, :rows]
+    return jnp.swapaxes(skewed, 0, 1)
+
+
+def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
+    """Elementwise product of two stacked series, truncated at `order`.
+
+    `c_k = sum_{i} a_i b_{k-i}`. Up to degree `product_rows_max_order(...)`, one sum of row
+    products per coefficient, stacked: XLA fuses the rows with their producers into the
+    kernel that writes `c`. Above it, a shifted sum `c = sum_i a_i * (s^i b)`, one
+    broadcast product of a slice and a pad per coefficient of the lower-degree factor,
+    which XLA fuses into one loop kernel that streams both operands once; under `vmap`
+    it stays elementwise. Scalar series broadcast like lax does. The program grows
+    linearly in the lower degree above the unrolled range (a few equations per
+    coefficient).
+
+    On XLA:CPU the row sums go on to `rows_max_order` for a product read one row at a
+    time (`by_rows`) and for two factors with rows of their own (`has_separate_rows`).
+    """
+    ndim = max(a.ndim, b.ndim) - 1
+    a, b = lift(a, ndim), lift(b, ndim)
+    da, db = degree_of(a), degree_of(b)
+    degree = min(da + db, order)
+    if da > db:
+        a, b, da, db = b, a, db, da
+    if da == 0:
+        known = known_rows(b)
+        if known is not None and db <= degree:
+            # A factor of degree 0 times known rows: known rows (see `known_rows`).
+            a0 = lax.index_in_dim(a, 0, keepdims=False)
+            shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
+            return stack_rows_as([a0 * r for r in known], shape, jnp.result_type(a, b))
+        return pad_degree(a * b, degree) if db > degree else a * b
+    separate = has_separate_rows(a) and has_separate_rows(b)
+    if degree <= product_rows_max_order(by_rows or separate):
+        # A padded operand under vmap is a (N, 2K+1) array whose pad XLA:CPU fuses with
+        # its producer into a slow kernel, and the shifted slices of the coefficient axis
+        # are the minor axis. Rows read the operands' coefficients directly. Rows against
+        # the shifted sum at orders 2-8 (three elementwise chains, N = 4,096 to 1M, one
+        # process): 0.57-0.95x; at order 12 0.42-1.1x, at 16 1.0-1.6x, hence the bound.
+        shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
+        return stack_rows_as(cauchy_rows(a, b, degree), shape, jnp.result_type(a, b))
+    if a.ndim == 1 and policy().scalar_products_as_dots:
+        # Scalar series: one matrix-vector product with b's Toeplitz table. A dot is a
+        # kernel of its own, which bounds the expressions XLA fuses in a large program.
+        table = toeplitz(b, degree + 1, da + 1)
+        return lax.dot_general(table, a, (((1,), (0,)), ((), ())))
+    terms = min(da, degree) + 1
+    return shifted_sum(lambda i: lax.index_in_dim(a, i, keepdims=True), terms, b, degree)
+
+
+def shifted_sum(row: Callable[[int], Array], terms: int, c: Array, degree: int) -> Array:
+    """`sum_{i < terms} row(i) (s^i c)` truncated at `degree`; `row(i)` has a leading
+    unit axis. The shifts are slices of one zero-padded copy of `c`:
+    `s^i c = padded[n-i : n-i+degree+1]`.
+
+    Under `vmap` XLA:CPU writes that copy as an (N, 2K+1) buffer (the damped wave at
+    K = 32 and 1M points: 180 of about 600 ms per call under the profiler). A pad of a
+    slice per term instead ran no faster (36.2 against 33.3 ms at 65,536 points, 622
+    against 601 ms at 1M).
+    """
+    n = terms - 1
+    pads = [(n, max(0, degree - degree_of(c)), 0)] + [(0, 0, 0)] * (c.ndim - 1)
+    padded = lax.pad(c, jnp.zeros((), c.dtype), pads)
+    out = None
+    for i in range(terms):
+        term = row(i) * lax.slice_in_dim(padded, n - i, n - i + degree + 1)
+        out = term if out is None else out + term
+    return out
+
+
+def cauchy_bilinear(op: Callable[[Array, Array], Array], a: Array, b: Array, order: int) -> Array:
+    """Cauchy product for any bilinear `op` (matmul, convolution, ...)."""
+    da, db = degree_of(a), degree_of(b)
+    degree = min(da + db, order)
+    if da == 0:
+        return jax.vmap(lambda bk: op(a[0], bk))(b[: degree + 1])
+    if db == 0:
+        return jax.vmap(lambda ak: op(ak, b[0]))(a[: degree + 1])
+    a = a[: degree + 1]
+    table = toeplitz(b, degree + 1, a.shape[0])
+
+    def row(t_k):
+        return jnp.sum(jax.vmap(op)(a, t_k), axis=0)
+
+    return jax.vmap(row)(table)
+
+
+def product_rows_max_order(read_by_rows: bool = True) -> int:
+    """Up to which order a product is a sum of row products (`cauchy`): the policy's
+    `product_rows_max_order` for a product read row by row or whose two factors have
+    rows of their own (`read_by_rows`), `stacked_product_rows_max_order` for the others.
+    Past it, a shifted sum of stacks (a few equations per coefficient)."""
+    p = policy()
+    return p.product_rows_max_order if read_by_rows else p.stacked_product_rows_max_order
+
+
+def dot_rows(pairs, op: Callable[[Array, Array], Array] = operator.mul) -> Array | None:
+    """`sum op(u, v)` over the pairs, skipping pairs with a None (a known zero); None if
+    every pair has one."""
+    total = None
+    for u, v in pairs:
+        if u is None or v is None:
+            continue
+        term = op(u, v)
+        total = term if total is None else total + term
+    return total
+
+
+def cauchy_rows(a: Array, b: Array, degree: int, op=operator.mul) -> list[Array]:
+    """Rows 0..degree of the Cauchy product of the stacked `a` and `b` under a bilinear
+    `op` (a product by default): `c_k = sum_{i <= k} op(a_i, b_{k-i})`, each from the
+    operands' rows (the known rows where there are: `known_rows`)."""
+    a_rows, b_rows = rows_of(a, degree + 1), rows_of(b, degree + 1)
+    return [
+        dot_rows(((a_rows[i], b_rows[k - i]) for i in range(k + 1)), op) for k in range(degree + 1)
+    ]
+
+
+def derivative_rows(x: Array, dtype, order: int) -> tuple[list, list]:
+    """The rows `x_k` and `j x_j` (the coefficients of `x'`, shifted by one) up to `order`."""
+    xs = rows_of(x.astype(dtype), order + 1)
+    jx = [None] + [None if xs[j] is None else xs[j] * float(j) for j in range(1, order + 1)]
+    return xs, jx

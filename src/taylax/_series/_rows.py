@@ -1,0 +1,165 @@
+"""Rows: stacks whose coefficients are known as separate arrays (`known_rows`), so that
+readers take a row itself rather than a slice of the stack, and the side tables that
+remember them. Where rows are built is the emission policy's choice (`rows_wanted`)."""
+
+from __future__ import annotations
+
+import weakref
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ._coeffs import Array, degree_of, orders, pad_degree, pad_degree_low
+from ._state import in_loop_body, policy
+
+
+def with_primal(c: Array, primal: Array) -> Array:
+    """Replace coefficient 0 (the primal) of a stacked series.
+
+    A select against the coefficient index, not a `dynamic_update_slice`: it fuses
+    into its consumers, and under `vmap` it does not become a scatter. A stack of known
+    rows (`known_rows`) is restacked instead, so that its readers keep the rows.
+    """
+    known = known_rows(c)
+    if known is not None:
+        return stack_rows_as([primal, *known[1:]], c.shape[1:], c.dtype)
+    primal = lax.broadcast_in_dim(jnp.asarray(primal, c.dtype), c.shape, tuple(range(1, c.ndim)))
+    first = lax.broadcasted_iota(np.int32, c.shape, 0) == 0
+    return lax.select(first, primal, c)
+
+
+def stack_primal(primal: Array, rest: Array) -> Array:
+    """Stack a primal in front of coefficients 1..d (a pad and a select: fusable)."""
+    return with_primal(pad_degree_low(rest), primal)
+
+
+def integrate(g: Array, y0: Array, degree: int) -> Array:
+    """Series `y` with `y_0 = y0` and `y' = g`: `y_k = g_{k-1} / k`."""
+    g = pad_degree(g, degree - 1)
+    rest = g / orders(degree, g.ndim - 1, g.dtype)[1:]
+    return stack_primal(y0, rest)
+
+
+def rows_of(c: Array, count: int) -> list[Array]:
+    """The first `count` coefficients of a stacked array, as a list (None past its degree).
+
+    The rows it was stacked from where they are known (`known_rows`), else slices."""
+    known = known_rows(c)
+    if known is not None:
+        rows = list(known[:count])
+    else:
+        rows = [lax.index_in_dim(c, k, keepdims=False) for k in range(min(count, c.shape[0]))]
+    return rows + [None] * (count - len(rows))
+
+
+def row(c: Array, k: int) -> Array | None:
+    """Coefficient `k` of the stacked `c`: the row it was stacked from where known
+    (`known_rows`), else a slice; None past its degree (a known zero)."""
+    return rows_of(c, k + 1)[k]
+
+
+def stack_rows_as(rows: list[Array], shape, dtype) -> Array:
+    """Stack `rows` (broadcast to `shape`, cast to `dtype`), remembering them (`known_rows`)."""
+    rows = [jnp.broadcast_to(jnp.asarray(r, dtype), shape) for r in rows]
+    return with_known_rows(jnp.stack(rows), rows)
+
+
+def stack_rows(rows: list[Array]) -> Array:
+    """`stack_rows_as` for rows of one shape and dtype (they broadcast against each other)."""
+    shape = jnp.broadcast_shapes(*(jnp.shape(r) for r in rows))
+    return stack_rows_as(rows, shape, jnp.result_type(*rows))
+
+
+def with_known_rows(stacked: Array, rows: list[Array]) -> Array:
+    """`stacked` (equal to `jnp.stack(rows)`), remembering `rows` as its rows (`known_rows`).
+
+    For closed forms whose stack XLA should fuse into its readers: a concatenate of more
+    than `fused_concat_max_operands()` rows is not fused, and each of its rows becomes a
+    kernel of its own. Readers of a row still take the row itself.
+    """
+    stacked = jnp.asarray(stacked)
+    mark_separate_rows(stacked)
+    key = id(stacked)
+    _ROW_LISTS[key] = rows
+    weakref.finalize(stacked, _ROW_LISTS.pop, key, None)
+    return stacked
+
+
+def fused_concat_max_operands() -> int:
+    """How many rows a stack may have and still be fused into its readers (the policy's
+    `fused_concat_max_operands`: XLA:CPU's limit on a fused concatenate)."""
+    return policy().fused_concat_max_operands
+
+
+def leading_rows(c: Array, count: int) -> Array:
+    """`c[:count]`, keeping the known rows (`known_rows`) of `c`."""
+    if c.shape[0] <= count:
+        return c
+    known = known_rows(c)
+    if known is None:
+        return c[:count]
+    return stack_rows_as(known[:count], c.shape[1:], c.dtype)
+
+
+def mark_buffer_rows(c: Array) -> Array:
+    """Record that the known rows of `c` are buffers that exist anyway (a pass's inputs
+    `x` and `v`), not expressions a reader would compute: see `has_buffer_rows`."""
+    _BUFFER_ROWS[id(c)] = c
+    return c
+
+
+def has_buffer_rows(c: Array) -> bool:
+    """Whether `mark_buffer_rows` recorded `c`: a reduction of its rows one by one would
+    only add kernels (each row read once either way, nothing recomputed)."""
+    return _BUFFER_ROWS.get(id(c)) is c
+
+
+_BUFFER_ROWS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def known_rows(c: Array) -> list[Array] | None:
+    """The rows `c` was stacked from by `stack_rows_as` (this very array), or None.
+
+    Readers that take row k of a series use the row itself, not a slice of the stack:
+    under `vmap` the stack is a (points, coefficients) array, a concatenate along the
+    minor axis, which XLA:CPU always materializes; a slice of it reads that buffer,
+    whereas the row's own few products fuse into the reader. A stack no reader takes
+    whole is then never built. In loop bodies only up to the policy's `loop_rows_max_order`
+    (`in_loop_body`).
+    """
+    if in_loop_body() and degree_of(c) > policy().loop_rows_max_order:
+        return None
+    return _ROW_LISTS.get(id(c)) if has_separate_rows(c) else None
+
+
+def rows_wanted(order: int) -> bool:
+    """Whether closed forms and powers of `order` are built row by row (`known_rows`):
+    up to the policy's `rows_max_order`, and in loop bodies up to `loop_rows_max_order`."""
+    p = policy()
+    limit = p.loop_rows_max_order if in_loop_body() else p.rows_max_order
+    return order <= limit
+
+
+# Stacked arrays whose rows XLA reads without a pass over the whole stack: rows stacked
+# from their own buffers (a slice of the stack is the buffer) and closed forms along a
+# line (a row is recomputed from the primal's few buffers). Under `vmap` a row of any
+# other stack is a column of a (points, coefficients) array, which costs a pass over all
+# of it: recurrences that read `a_k` for each k ask this first (see `divide`).
+_SEPARATE_ROWS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+# The rows of stacks built by `stack_rows_as`, by id of the stack (see `known_rows`); an
+# entry dies with its stack.
+_ROW_LISTS: dict[int, list] = {}
+
+
+def mark_separate_rows(c: Array) -> Array:
+    """Record that the rows of the stacked array `c` can be read one at a time cheaply."""
+    _SEPARATE_ROWS[id(c)] = c
+    return c
+
+
+def has_separate_rows(c: Array) -> bool:
+    """Whether `mark_separate_rows` recorded `c` (this very array, not an equal one)."""
+    return _SEPARATE_ROWS.get(id(c)) is c
