@@ -37,6 +37,19 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"taylax {taylax.__version__}"
 
 
+def test_version_is_pyprojects():
+    """`__version__` is read from the installed metadata, so it is the one pyproject.toml
+    declares (a mismatch means an install older than this checkout's pyproject.toml)."""
+    import re
+
+    import taylax
+
+    declared = re.search(
+        r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE
+    )
+    assert taylax.__version__ == declared.group(1)
+
+
 @pytest.mark.parametrize(
     "flag, value",
     [

@@ -39,5 +39,4 @@ from ._policy import (
     emission_policy as emission_policy,
 )
 from ._series import Series as Series
-
-__version__ = "0.1.0"
+from ._version import __version__ as __version__

@@ -46,11 +46,11 @@ import numpy as np
 from . import _series as ks
 from ._collapsed import (
     Chain,
-    _linear_mask,
-    _map_linear,
-    _rule,
     chain_root,
+    checked_rule,
     eval_with_chains,
+    linear_mask,
+    map_linear,
     top_or_zeros,
 )
 from ._elementwise import bind_one
@@ -254,7 +254,7 @@ def _link(eqn, values, only_elementwise_readers) -> Chain | None:
     if root is None:
         return None
     starts = not any(isinstance(x, Chain) for x in values)
-    if starts and _linear_mask(eqn.primitive, values) is not None:
+    if starts and linear_mask(eqn.primitive, values) is not None:
         return None  # a linear map of a value: apply it as it is
     series = []
     for x in values:
@@ -264,7 +264,7 @@ def _link(eqn, values, only_elementwise_readers) -> Chain | None:
             series.append(Series.constant(x.primal))
         else:  # the root itself: the unit seed, so closed forms along a line apply
             series.append(Series(ks.unit_seed(x.primal)))
-    (y,) = _rule(eqn)(_ORDER, *series)
+    (y,) = checked_rule(eqn)(_ORDER, *series)
     return Chain(bind_one(eqn, [x.primal for x in values]), root, y)
 
 
@@ -287,7 +287,7 @@ def _linear(eqn, xs: Sequence[Jet4], mask, primals) -> list[Jet4]:
                 return None
             return x.parts[i] if i < 3 else x.parts[i][None]
 
-        out = _map_linear(eqn, xs, mask, rows)
+        out = map_linear(eqn, xs, mask, rows)
         mapped.append([None] * len(primals) if out is None else out)
     return [
         Jet4(p, (g, h, t, None if q is None else q[0])) for p, g, h, t, q in zip(primals, *mapped)
@@ -296,7 +296,7 @@ def _linear(eqn, xs: Sequence[Jet4], mask, primals) -> list[Jet4]:
 
 def _apply_equation(eqn, xs: Sequence[Jet4], primals) -> list[Jet4]:
     """A linear map, or a product or quotient of two values; `Unsupported` otherwise."""
-    mask = _linear_mask(eqn.primitive, xs)
+    mask = linear_mask(eqn.primitive, xs)
     if mask is not None:
         return _linear(eqn, xs, mask, primals)
     name = eqn.primitive.name

@@ -47,7 +47,7 @@ from jax import lax
 
 from . import _compat, _rules  # noqa: F401  (_rules registers the built-in rules)
 from ._elementwise import bind_one, is_elementwise, of_varying
-from ._interpret import _carries_derivative, _missing_rule, _rule_result, taylor_rules
+from ._interpret import carries_derivative, missing_rule, rule_result, taylor_rules
 from ._rules._common import line_coefficients, linear_inputs
 from ._series import Series, pad_degree
 
@@ -131,7 +131,7 @@ _LINEAR_EXTRA = {
 _NOT_LINEAR = {lax.reduce_precision_p}
 
 
-def _linear_mask(primitive, xs: Sequence[Collapsed]) -> list[bool] | None:
+def linear_mask(primitive, xs: Sequence[Collapsed]) -> list[bool] | None:
     """Which inputs the primitive is jointly linear in, given which inputs are constant.
 
     None when the primitive is not linear in the inputs that carry a series.
@@ -155,7 +155,7 @@ def _linear_mask(primitive, xs: Sequence[Collapsed]) -> list[bool] | None:
     return mask
 
 
-def _map_linear(eqn, xs: Sequence[Collapsed], mask: list[bool], rows) -> list:
+def map_linear(eqn, xs: Sequence[Collapsed], mask: list[bool], rows) -> list:
     """The primitive on coefficient rows of its linear inputs (a leading axis), others as-is.
 
     A constant linear input contributes zero to every coefficient above the primal.
@@ -205,8 +205,8 @@ def _linear(
     def top_rows(x):
         return None if x.top is None else (x.top[None] if summed else x.top)
 
-    lowers = _map_linear(eqn, xs, mask, lower_rows) if rows else None
-    tops = _map_linear(eqn, xs, mask, top_rows)
+    lowers = map_linear(eqn, xs, mask, lower_rows) if rows else None
+    tops = map_linear(eqn, xs, mask, top_rows)
     out = []
     for k, p in enumerate(primals):
         low = None if lowers is None else lowers[k].reshape((count, rows) + lowers[k].shape[1:])
@@ -215,20 +215,22 @@ def _linear(
     return out
 
 
-def _rule(eqn):
+def checked_rule(eqn):
+    """`eqn`'s Taylor rule as `call(order, *series)`: its parameters bound, its outputs a
+    checked list (`rule_result`). Raises when the primitive has no rule."""
     rule = taylor_rules.get(eqn.primitive)
     if rule is None:
-        raise _missing_rule(eqn.primitive)
+        raise missing_rule(eqn.primitive)
 
     def call(order, *series):
-        return _rule_result(eqn, rule(order, *series, **eqn.params), order)
+        return rule_result(eqn, rule(order, *series, **eqn.params), order)
 
     return call
 
 
 def _general(eqn, xs, primals, order: int, weights, summed: bool) -> list[Collapsed]:
     """Any primitive, through its Taylor rule: per direction below the top, once for the top."""
-    rule = _rule(eqn)
+    rule = checked_rule(eqn)
     n_out = len(primals)
     with_lower = [x.lower is not None or (not summed and x.top is not None) for x in xs]
     lowers: list = [None] * n_out
@@ -434,7 +436,7 @@ def _fast_path(eqn, xs, primals, order, weights, summed) -> list[Collapsed] | No
     shifted = _shifted_by_constant(eqn, xs, primals)
     if shifted is not None:
         return [shifted]
-    mask = _linear_mask(eqn.primitive, xs)
+    mask = linear_mask(eqn.primitive, xs)
     if mask is not None:
         return _linear(eqn, xs, mask, primals, summed)
     if eqn.primitive is lax.mul_p and len(primals) == 1:
@@ -523,7 +525,7 @@ def eval_with_chains(jaxpr, consts, args, *, wrap, link, expand, apply) -> list:
 
     for eqn in jaxpr.eqns:
         values = [peek(v) for v in eqn.invars]
-        carries = [_carries_derivative(v.aval) for v in eqn.outvars]
+        carries = [carries_derivative(v.aval) for v in eqn.outvars]
         if not any(carries) or not any(_varying(x) for x in values):
             out = _compat.bind_equation(eqn, [x.primal for x in values])
             outs = out if eqn.primitive.multiple_results else [out]
@@ -562,7 +564,7 @@ def _collapsed_link(
         return None  # complex: only holomorphic functions would be C-linear here
     if (
         not any(isinstance(x, Chain) for x in values)
-        and _linear_mask(eqn.primitive, values) is not None
+        and linear_mask(eqn.primitive, values) is not None
         and not only_elementwise_readers(eqn.outvars[0])
     ):
         return None  # a linear map of a collapsed value costs nothing to apply as is

@@ -87,7 +87,7 @@ def register_rule(primitive: _compat.Primitive) -> Callable[[TaylorRule], Taylor
 _checked_rules: set[_compat.Primitive] = set()
 
 
-def _rule_result(eqn: _compat.JaxprEqn, result, order: int) -> list[Series]:
+def rule_result(eqn: _compat.JaxprEqn, result, order: int) -> list[Series]:
     """The rule's outputs as a list, checked when the rule is a user's (see `register_rule`).
 
     Only what is known at trace time is checked: the type, the number of outputs, each
@@ -195,7 +195,8 @@ def _shared_call_groups(jaxpr: _compat.Jaxpr) -> dict[int, tuple]:
     return groups
 
 
-def _missing_rule(primitive: _compat.Primitive) -> NotImplementedError:
+def missing_rule(primitive: _compat.Primitive) -> NotImplementedError:
+    """The error raised for a primitive on a varying value that has no Taylor rule."""
     return NotImplementedError(
         f"taylax has no Taylor rule for the JAX primitive '{primitive.name}', which the "
         "differentiated function uses on a value that depends on the input. Register one "
@@ -204,7 +205,8 @@ def _missing_rule(primitive: _compat.Primitive) -> NotImplementedError:
     )
 
 
-def _carries_derivative(aval) -> bool:
+def carries_derivative(aval) -> bool:
+    """Whether a value of this abstract type has derivatives: inexact (float, complex)."""
     dtype = getattr(aval, "dtype", None)
     return dtype is not None and jnp.issubdtype(dtype, np.inexact)
 
@@ -345,7 +347,7 @@ def _eval_jaxpr_series(
             series_in = [Series.constant(s.primal) for s in series_in]
         primitive = eqn.primitive
         if all(s.is_constant for s in series_in) or not any(
-            _carries_derivative(v.aval) for v in eqn.outvars
+            carries_derivative(v.aval) for v in eqn.outvars
         ):
             out = _compat.bind_equation(eqn, [s.primal for s in series_in])
             outs = out if primitive.multiple_results else [out]
@@ -368,13 +370,13 @@ def _eval_jaxpr_series(
                 continue
         rule = taylor_rules.get(primitive)
         if rule is None:
-            raise _missing_rule(primitive)
+            raise missing_rule(primitive)
         _read_by_rows.append(i in read_by_rows)
         try:
             result = rule(order, *series_in, **eqn.params)
         finally:
             _read_by_rows.pop()
-        outs = _rule_result(eqn, result, order)
+        outs = rule_result(eqn, result, order)
         for v, o in zip(eqn.outvars, outs, strict=True):
             write(v, o)
 

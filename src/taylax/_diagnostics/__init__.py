@@ -10,4 +10,5 @@ from ._expect import (
     ExpectCompiles as ExpectCompiles,
     expect_compiles as expect_compiles,
 )
-from ._watch import RecompileWarning as RecompileWarning, Watch as Watch, watch as watch
+from ._warnings import RecompileWarning as RecompileWarning
+from ._watch import Watch as Watch, watch as watch

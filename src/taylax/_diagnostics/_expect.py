@@ -7,7 +7,7 @@ from typing import Any
 from .. import _compat
 from . import _hooks
 from ._signature import function_name_and_location
-from ._watch import Watch, _matcher
+from ._watch import Watch, event_matcher
 
 
 class CompileBudgetExceeded(AssertionError):
@@ -26,7 +26,7 @@ class ExpectCompiles(Watch):
         super().__init__(recompile_budget=None)
         self.max = max
         self.function = function
-        self._match = _matcher(function)  # validates `function` now, not at exit
+        self._match = event_matcher(function)  # validates `function` now, not at exit
 
     def __exit__(self, exc_type, exc, tb) -> None:
         super().__exit__(exc_type, exc, tb)

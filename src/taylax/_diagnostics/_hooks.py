@@ -34,6 +34,7 @@ from ._signature import (
     signature_from_call,
     signatures_from_jax_cache,
 )
+from ._warnings import RecompileWarning
 
 _EVENTS = {
     _compat.JAXPR_TRACE_EVENT: "trace",
@@ -110,7 +111,7 @@ def flush_warnings() -> None:
     for message in queued:
         filename, lineno, module = _user_frame()
         warnings.warn_explicit(
-            message, _recompile_warning(), filename, lineno, module=module, registry={}
+            message, RecompileWarning, filename, lineno, module=module, registry={}
         )
 
 
@@ -384,12 +385,6 @@ def _emit(call: Call, phase: str, seconds: float) -> None:
         call.signature.compiled = True
     for watch in call.watchers:
         watch._on_event(call, phase, seconds, first)
-
-
-def _recompile_warning():
-    from ._watch import RecompileWarning
-
-    return RecompileWarning
 
 
 def _user_frame() -> tuple[str, int, str]:

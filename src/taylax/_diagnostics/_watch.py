@@ -14,10 +14,6 @@ from ._events import CompileEvent, FunctionSummary
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class RecompileWarning(UserWarning):
-    """A jitted function compiled more times than the watch's `recompile_budget`."""
-
-
 class Watch:
     """A compile log: a context manager and decorator that records jit compile activity.
 
@@ -124,7 +120,7 @@ class Watch:
 
     def compiles(self, function: Any = None) -> list[CompileEvent]:
         """The compile events, optionally only those of `function` (see `expect_compiles`)."""
-        match = _matcher(function)
+        match = event_matcher(function)
         return [e for e in self.events if e.phase == "compile" and match(e)]
 
     @property
@@ -274,7 +270,7 @@ def watch(*, recompile_budget: int | None = 10, all_threads: bool = False) -> Wa
     return Watch(recompile_budget=recompile_budget, all_threads=all_threads)
 
 
-def _matcher(function: Any) -> Callable[[CompileEvent], bool]:
+def event_matcher(function: Any) -> Callable[[CompileEvent], bool]:
     """Which events belong to `function`: None (all), a name, or a (jitted) callable."""
     if function is None:
         return lambda event: True
