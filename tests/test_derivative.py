@@ -15,7 +15,8 @@ import pytest
 
 import taylax
 from reference import assert_series_close, oracle
-from taylax._derivative import count_unique_equations, derivative_p, emitted_jaxpr
+from taylax._derivative import derivative_p
+from taylax._emitted import count_unique_equations, emitted_jaxpr
 
 # --------------------------------------------------------------------------------------------
 # The recursion from the users' report (only jax.jacfwd replaced).

@@ -30,7 +30,7 @@ from reference import (
     oracle,
     xla_cpu_only,
 )
-from taylax._derivative import emitted_jaxpr
+from taylax._emitted import emitted_jaxpr
 
 BASE_ORDERS = (0, 1, 2, 6)
 HIGH_ORDER = 10

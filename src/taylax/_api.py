@@ -13,14 +13,13 @@ from jax import lax
 
 from . import (
     _chunks,
-    _compat,
     _policy,
     _rules,  # noqa: F401  (registers the built-in rules)
 )
-from ._derivative import ProgramCache, closed_key, const_value_key, make_jaxpr
 from ._fallback import with_unscaled_fallback
 from ._interpret import eval_jaxpr_series
 from ._one_kernel import fits_one_kernel
+from ._programs import cached_program, check_order, trace_leaves
 from ._series import (
     Series,
     check_order_for_dtype,
@@ -34,18 +33,6 @@ from ._series import (
 )
 
 
-def check_order(order, name: str = "order") -> int:
-    """Validate a derivative order: a non-negative Python integer."""
-    if isinstance(order, bool) or not isinstance(order, (int, np.integer)):
-        raise TypeError(
-            f"`{name}` must be a non-negative Python integer, got {order!r} of type "
-            f"{type(order).__name__}."
-        )
-    if order < 0:
-        raise ValueError(f"`{name}` must be a non-negative integer, got {order}.")
-    return int(order)
-
-
 def _check_inexact(leaves, what: str) -> None:
     for leaf in leaves:
         dtype = jnp.result_type(leaf)
@@ -54,64 +41,6 @@ def _check_inexact(leaves, what: str) -> None:
                 f"`{what}` must hold floating-point or complex arrays to be differentiated, got "
                 f"dtype {dtype}. Convert it first, e.g. `x.astype(float)`."
             )
-
-
-def _trace(fun: Callable, args: tuple, api: str):
-    """Trace `fun(*args)` to a closed jaxpr over the flat leaves of `args`; return it and the
-    output tree."""
-    flat_args, in_tree = jax.tree.flatten(args)
-    out_tree_box = []
-
-    def flat_fun(*leaves):
-        out = fun(*jax.tree.unflatten(in_tree, leaves))
-        out_leaves, out_tree = jax.tree.flatten(out)
-        out_tree_box.append(out_tree)
-        return out_leaves
-
-    closed = make_jaxpr(flat_fun, api, *flat_args)
-    return closed, out_tree_box[0]
-
-
-# Compiled Taylor programs of eager calls. Every call traces `fun` again (so a changed
-# global or mutated object is seen), then reuses the program compiled for a jaxpr of the
-# same structure; the jaxpr's array constants are arguments of that program, and scalar
-# ones are part of the key, so no changed value is ever served from a stale program.
-_PROGRAMS = ProgramCache()
-
-
-def _cached_program(closed, static: tuple, fun: Callable, make: Callable):
-    """The jitted `make(jaxpr)` for `closed`, cached by structure, and its const arguments.
-
-    Returns `(program, consts)`: call `program(consts, *inputs)`. Scalar constants are
-    baked into the program and keyed by value, like Python numbers (which are literals),
-    so rules still see them as concrete (an integer exponent, say); larger ones are
-    arguments, so a new closed-over array reuses the program. The emission policy in force
-    (`taylax.emission_policy`) is part of the key.
-    """
-    consts = list(closed.consts)
-    baked = {i: c for i, c in enumerate(consts) if np.ndim(c) == 0 and not _compat.is_tracer(c)}
-    key = closed_key(closed)
-    if key is not None:
-        # The policy in force shapes the program: one program per policy.
-        baked_key = tuple((i, const_value_key(c)) for i, c in baked.items())
-        key = (static, _policy.current(), key, baked_key)
-
-    def build():
-        inner = make(closed.jaxpr)
-
-        def program(passed, *inputs):
-            rest = iter(passed)
-            return inner(
-                [baked[i] if i in baked else next(rest) for i in range(len(consts))], *inputs
-            )
-
-        # Named after the user's function, so that compile logs and diagnostics show it.
-        name = getattr(fun, "__name__", type(fun).__name__)
-        program.__name__ = program.__qualname__ = f"{static[0]}_{name}"
-        return jax.jit(program)
-
-    passed = [c for i, c in enumerate(consts) if i not in baked]
-    return _PROGRAMS.get(key, build), passed
 
 
 def _output(o: Series, aval, order: int):
@@ -248,9 +177,9 @@ def _taylor_leaves(fun, order, x, v, kind, api, unit=False):
     """
     x_leaves, in_tree = jax.tree.flatten(x)
     v_leaves = jax.tree.leaves(v)
-    closed, out_tree = _trace(fun, (x,), api)
+    closed, out_tree = trace_leaves(fun, (x,), api)
     program_for = _taylor_program if kind == "taylor" else _derivatives_program
-    program, consts = _cached_program(closed, (kind, order, unit), fun, program_for(order, unit))
+    program, consts = cached_program(closed, (kind, order, unit), fun, program_for(order, unit))
     # Flat arrays in and out, so that a large batch can run in chunks of points.
     sizes = (len(consts), len(x_leaves))
     result_tree = []
@@ -482,8 +411,8 @@ def jet(fun: Callable, primals, series, factorial_scaled: bool = True):
                     f"term {j} for argument {i} has shape {jnp.shape(t)}, but the primal has "
                     f"shape {jnp.shape(p)}."
                 )
-    closed, out_tree = _trace(fun, tuple(primals), "taylax.jet")
-    program, consts = _cached_program(
+    closed, out_tree = trace_leaves(fun, tuple(primals), "taylax.jet")
+    program, consts = cached_program(
         closed, ("jet", order, bool(factorial_scaled)), fun, _jet_program(order, factorial_scaled)
     )
     terms_in = [list(terms) for terms in series] if order else [[] for _ in series]

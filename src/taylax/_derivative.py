@@ -28,12 +28,10 @@ How it is evaluated:
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import gc
 import inspect
-import itertools
 import math
 import operator
 import weakref
@@ -51,37 +49,20 @@ from ._interpret import (
     shared_call_evaluator,
     shared_call_keys,
 )
+from ._programs import (
+    Program,
+    ProgramCache,
+    Uncacheable,
+    check_order,
+    const_key,
+    jaxpr_token,
+    trace_scalar,
+)
 from ._rules._calls import as_outputs, from_outputs, jit_per_jaxpr
 from ._series import Series, along_line, compose, pad_degree, unit_seed
 
 derivative_p = _compat.Primitive("taylax_derivative")
 derivative_p.multiple_results = True
-
-
-class Program:
-    """The differentiated program of a `derivative_p` equation (its `program` parameter).
-
-    A wrapper rather than a bare `ClosedJaxpr`, so that JAX's generic walkers over
-    sub-jaxprs (sharding and effect checks at lowering) do not descend into it: they do
-    not memoize, and in a jitted recursion each level references the previous one twice
-    (its primal call and its derivative), so they would visit 2^depth sub-programs.
-    taylax's own walkers unwrap it. Equal when it holds the same jaxpr object.
-    """
-
-    __slots__ = ("closed",)
-
-    def __init__(self, closed: _compat.ClosedJaxpr):
-        self.closed = closed
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Program) and other.closed is self.closed
-
-    def __hash__(self) -> int:
-        return id(self.closed)
-
-    def __repr__(self) -> str:
-        jaxpr = self.closed.jaxpr
-        return f"<program: {len(jaxpr.invars)} inputs, {len(jaxpr.eqns)} equations>"
 
 
 # --------------------------------------------------------------------------
@@ -100,7 +81,7 @@ def _scaled_coefficient(y: Series, n: int, scale: float):
     return c * np.asarray(math.factorial(n), c.dtype) if n > 1 else c
 
 
-def _evaluate(*args, program: Program, orders: tuple[int, ...]):
+def evaluate(*args, program: Program, orders: tuple[int, ...]):
     """The primitive's meaning: one Taylor pass of order `max(orders)` along `t + s`."""
     jaxpr = program.closed
     *consts, t = args
@@ -111,194 +92,7 @@ def _evaluate(*args, program: Program, orders: tuple[int, ...]):
     return [_scaled_coefficient(y, n, scale) for y, n in zip(outs, orders, strict=True)]
 
 
-# --------------------------------------------------------------------------
-# Compiled programs of eager calls, keyed by the structure of the traced jaxpr.
-# --------------------------------------------------------------------------
-#
-# An eager call traces the user's function again every time (cheap, and the only way to
-# see the current value of a global or a mutated object), then looks its compiled Taylor
-# program up by the jaxpr's *structure*: primitives, parameters, literal values, avals and
-# wiring. The jaxpr's top-level constants are arguments of the compiled program, never
-# baked in, so a changed closed-over array reuses the program with its new value, and a
-# changed Python scalar (a literal) is a different structure. The table is an LRU, so
-# memory stays flat however many distinct functions are called.
-
-
-class _Uncacheable(Exception):
-    """A jaxpr holds something with no stable key (a tracer of an enclosing transformation)."""
-
-
-class _Identity:
-    """Keys an unhashable parameter by identity, keeping it alive so its id is not reused."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, _Identity) and other.obj is self.obj
-
-    def __hash__(self) -> int:
-        return id(self.obj)
-
-
-# Constants of sub-jaxprs up to this many elements are keyed by value; larger ones by identity.
-_CONST_BY_VALUE_SIZE = 4096
-_INTERN_SIZE = 4096
-_PROGRAM_CACHE_SIZE = 64
-
-# Structure -> token (an int never reused), so that a key mentions a sub-jaxpr by its token:
-# hashing a key then costs the size of one jaxpr, not of every program it calls (a jitted
-# recursion references each level twice, so expanded keys would grow as 2^depth).
-_INTERNED: collections.OrderedDict = collections.OrderedDict()
-_TOKENS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Jaxpr -> token
-_next_token = itertools.count()
-
-
-def _intern(structure) -> int:
-    token = _INTERNED.get(structure)
-    if token is None:
-        token = _INTERNED[structure] = next(_next_token)
-        if len(_INTERNED) > _INTERN_SIZE:
-            _INTERNED.popitem(last=False)
-    else:
-        _INTERNED.move_to_end(structure)
-    return token
-
-
-def _array_key(x):
-    if _compat.is_tracer(x):
-        raise _Uncacheable
-    if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
-        # A typed PRNG key has no NumPy view: key it by its implementation and raw data.
-        data = np.asarray(jax.random.key_data(x))
-        return ("key", str(x.dtype), data.shape, data.tobytes())
-    a = np.asarray(x)
-    return ("array", a.dtype.str, a.shape, a.tobytes(), getattr(x, "weak_type", None))
-
-
-def const_value_key(c):
-    """A key for a concrete constant's value (dtype, shape, bytes, weak type)."""
-    return _array_key(c)
-
-
-def _const_key(c):
-    if _compat.is_tracer(c):
-        raise _Uncacheable
-    if np.size(c) <= _CONST_BY_VALUE_SIZE:
-        return _array_key(c)
-    return _Identity(c)
-
-
-def _value_key(v):
-    if isinstance(v, _compat.ClosedJaxpr):
-        return ("closed", jaxpr_token(v.jaxpr), tuple(_const_key(c) for c in v.consts))
-    if isinstance(v, _compat.Jaxpr):
-        return ("jaxpr", jaxpr_token(v))
-    if isinstance(v, Program):
-        return ("program", _value_key(v.closed))
-    if isinstance(v, (tuple, list)):
-        return (type(v), tuple(_value_key(x) for x in v))
-    if isinstance(v, dict):
-        return (dict, tuple((k, _value_key(x)) for k, x in v.items()))
-    if _compat.is_tracer(v):
-        raise _Uncacheable
-    if isinstance(v, (np.ndarray, np.generic, jax.Array)):
-        return _array_key(v)
-    try:
-        hash(v)
-    except TypeError:
-        return _Identity(v)
-    return (type(v), v)
-
-
-def _params_key(eqn: _compat.JaxprEqn):
-    params = eqn.params
-    if eqn.primitive is _compat.custom_jvp_call_p:
-        # The jvp rule reaches the jaxpr as a fresh thunk on every trace; key it by the
-        # user's rule function instead (its identity, as `jax.jit` keys a function).
-        rest = {k: v for k, v in params.items() if k != "jvp_jaxpr_fun"}
-        rule = _compat.custom_jvp_rule_key(params["jvp_jaxpr_fun"])
-        return (_value_key(rest), _Identity(params["jvp_jaxpr_fun"]) if rule is None else rule)
-    return _value_key(params)
-
-
-def jaxpr_token(jaxpr: _compat.Jaxpr) -> int:
-    """A token equal for two jaxprs exactly when they compute the same thing the same way.
-
-    Raises `_Uncacheable` when the jaxpr holds a tracer.
-    """
-    token = _TOKENS.get(jaxpr)
-    if token is not None:
-        return token
-    names: dict = {}
-
-    def bind(v):
-        names[v] = len(names)
-        return v.aval
-
-    def use(v):
-        if isinstance(v, _compat.Literal):
-            return ("literal", v.aval, _array_key(v.val))
-        return names[v]
-
-    parts = [tuple(bind(v) for v in jaxpr.constvars), tuple(bind(v) for v in jaxpr.invars)]
-    for eqn in jaxpr.eqns:
-        ctx = eqn.ctx  # compute type, threefry mode, ... (they change the lowering)
-        try:
-            hash(ctx)
-        except TypeError:
-            ctx = _Identity(ctx)
-        outs = tuple(
-            ("drop", v.aval) if isinstance(v, _compat.DropVar) else bind(v) for v in eqn.outvars
-        )
-        parts.append(
-            (eqn.primitive, tuple(use(v) for v in eqn.invars), _params_key(eqn), outs, ctx)
-        )
-    parts.append(tuple(use(v) for v in jaxpr.outvars))
-    parts.append(_value_key(sorted(map(repr, jaxpr.effects))))
-    token = _TOKENS[jaxpr] = _intern(tuple(parts))
-    return token
-
-
-def closed_key(closed: _compat.ClosedJaxpr):
-    """The structural key of a closed jaxpr whose constants are passed as arguments, or None.
-
-    Only the constants' avals are part of it (they are in the jaxpr's constvars). None
-    when the jaxpr cannot be keyed (it holds a tracer).
-    """
-    try:
-        return jaxpr_token(closed.jaxpr)
-    except _Uncacheable:
-        return None
-
-
-class ProgramCache:
-    """A bounded LRU of compiled programs keyed by structure (see `closed_key`)."""
-
-    def __init__(self, size: int = _PROGRAM_CACHE_SIZE):
-        self.size = size
-        self.entries: collections.OrderedDict = collections.OrderedDict()
-
-    def get(self, key, make: Callable[[], Callable]) -> Callable:
-        """The cached program for `key`, made by `make()` on a miss (not stored if key is None)."""
-        if key is None:
-            return make()
-        fn = self.entries.get(key)
-        if fn is None:
-            fn = self.entries[key] = make()
-            while len(self.entries) > self.size:
-                self.entries.popitem(last=False)
-        else:
-            self.entries.move_to_end(key)
-        return fn
-
-    def clear(self) -> None:
-        """Drop every compiled program."""
-        self.entries.clear()
-
-
+# Compiled programs of eager calls, keyed by structure (`taylax._programs`).
 _EAGER_DERIVATIVES = ProgramCache()
 
 
@@ -308,15 +102,15 @@ def _impl(*args, program, orders):
     try:
         key = (
             jaxpr_token(program.closed.jaxpr),
-            tuple(_const_key(c) for c in program.closed.consts),
+            tuple(const_key(c) for c in program.closed.consts),
             orders,
             ks.policy(),
         )
-    except _Uncacheable:
+    except Uncacheable:
         key = None
 
     def make():
-        return jax.jit(functools.partial(_evaluate, program=program, orders=orders))
+        return jax.jit(functools.partial(evaluate, program=program, orders=orders))
 
     return _EAGER_DERIVATIVES.get(key, make)(*args)
 
@@ -349,7 +143,7 @@ def _collection_paused():
             gc.enable()
 
 
-_lower_evaluate = _compat.mlir.lower_fun(_evaluate, multiple_results=True)
+_lower_evaluate = _compat.mlir.lower_fun(evaluate, multiple_results=True)
 
 
 def _lower(ctx, *args, **params):
@@ -364,7 +158,7 @@ def _jvp(primals, tangents, *, program, orders):
     # The derivative is a smooth function of (consts, t) computed by the Taylor
     # pass; differentiating that pass is exact (and transposable, for grad).
     tangents = [_compat.ad.instantiate_zeros(t) for t in tangents]
-    fn = functools.partial(_evaluate, program=program, orders=orders)
+    fn = functools.partial(evaluate, program=program, orders=orders)
     return jax.jvp(fn, list(primals), tangents)
 
 
@@ -547,7 +341,7 @@ def _derivative_rule(order, *xs, program, orders):
         return shared[0]
     # The constants move too: interpret the derivative's own Taylor pass.
     primals = [x.primal for x in xs]
-    fn = functools.partial(_evaluate, program=program, orders=orders)
+    fn = functools.partial(evaluate, program=program, orders=orders)
     closed = jax.make_jaxpr(fn)(*primals)
     return eval_jaxpr_series(closed.jaxpr, closed.consts, list(xs), order)
 
@@ -593,121 +387,6 @@ def _bind(sub: _compat.ClosedJaxpr, consts: list, t, orders: tuple[int, ...]) ->
     sub, orders = _canonical(sub, orders)
     _note_needed_order(sub, max(orders, default=0))
     return derivative_p.bind(*consts, t, program=Program(sub), orders=orders)
-
-
-def traced_value_error(api: str, err: Exception) -> TypeError:
-    """The error for Python control flow on a traced value inside a taylax transformation."""
-    return TypeError(
-        f"`{api}` traces the function with an abstract value of its differentiated input "
-        "(as `jax.jit` does, and unlike eager `jax.jacfwd`), so Python control flow or "
-        "conversion on that value (`if x > 0:`, `float(x)`, `int(x)`) cannot run. Use "
-        "`jnp.where`, `jax.lax.cond` or `jax.lax.select` instead, or pass the value as an "
-        f"argument that is not differentiated. JAX's own message: {err}"
-    )
-
-
-def make_jaxpr(fun: Callable, api: str, *args) -> _compat.ClosedJaxpr:
-    """`jax.make_jaxpr(fun)(*args)`, explaining a concretization error in terms of `api`."""
-    try:
-        return jax.make_jaxpr(fun)(*args)
-    except (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError) as err:
-        raise traced_value_error(api, err) from err
-
-
-def _trace(fun: Callable, t, api: str):
-    """Trace `fun(t)` to a jaxpr whose constants are explicit leading inputs."""
-    out_tree_box = []
-
-    def flat(t):
-        out = fun(t)
-        leaves, tree = jax.tree.flatten(out)
-        out_tree_box.append(tree)
-        return leaves
-
-    closed = make_jaxpr(flat, api, t)
-    sub, consts = _compat.consts_to_invars(closed)
-    return sub, consts, out_tree_box[0]
-
-
-# --------------------------------------------------------------------------
-# The emitted program, for counting (tests, benchmarks, the demo).
-# --------------------------------------------------------------------------
-
-_EXPANDED_JITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _eval_expanded(jaxpr: _compat.Jaxpr, consts, args) -> list:
-    env: dict = {}
-
-    def read(v):
-        return v.val if isinstance(v, _compat.Literal) else env[v]
-
-    for v, x in zip(jaxpr.constvars, consts, strict=True):
-        env[v] = x
-    for v, x in zip(jaxpr.invars, args, strict=True):
-        env[v] = x
-    for eqn in jaxpr.eqns:
-        ins = [read(v) for v in eqn.invars]
-        if eqn.primitive is derivative_p:
-            outs = _evaluate(*ins, **eqn.params)
-        elif eqn.primitive is _compat.jit_p:
-            outs = _expanded_jit(eqn.params["jaxpr"])(*ins)
-        else:
-            outs = _compat.bind_equation(eqn, ins)
-            outs = outs if eqn.primitive.multiple_results else [outs]
-        for v, x in zip(eqn.outvars, outs, strict=True):
-            if not isinstance(v, _compat.DropVar):
-                env[v] = x
-    return [read(v) for v in jaxpr.outvars]
-
-
-def _expanded_jit(closed: _compat.ClosedJaxpr):
-    def expanded(closed, *args):
-        return _eval_expanded(closed.jaxpr, closed.consts, args)
-
-    return jit_per_jaxpr(_EXPANDED_JITS, closed, None, expanded, "expanded")
-
-
-def emitted_jaxpr(fun: Callable, *args) -> _compat.ClosedJaxpr:
-    """The program that runs for `fun(*args)`: every derivative replaced by its Taylor pass.
-
-    `jax.make_jaxpr(fun)` shows a derivative as one equation; this shows what
-    it lowers to (as `jit` sub-programs, shared where they are shared).
-    """
-    closed = jax.make_jaxpr(fun)(*args)
-    return jax.make_jaxpr(lambda *a: _eval_expanded(closed.jaxpr, closed.consts, a))(
-        *jax.tree.leaves(args)
-    )
-
-
-def sub_jaxprs(eqn: _compat.JaxprEqn) -> list[_compat.Jaxpr]:
-    """The sub-jaxprs of an equation, a derivative's program included."""
-    subs = list(_compat.jaxprs_in_params(eqn.params))
-    if eqn.primitive is derivative_p:
-        subs.append(eqn.params["program"].closed.jaxpr)
-    return subs
-
-
-def count_unique_equations(closed: _compat.ClosedJaxpr) -> int:
-    """Equations of a jaxpr and its sub-jaxprs, each distinct sub-jaxpr counted once.
-
-    This is the size of what is traced and lowered (a `jit` sub-program is
-    lowered once however many call sites it has).
-    """
-    seen: set[int] = set()
-
-    def count(jaxpr: _compat.Jaxpr) -> int:
-        if id(jaxpr) in seen:
-            return 0
-        seen.add(id(jaxpr))
-        total = 0
-        for eqn in jaxpr.eqns:
-            total += 1
-            for sub in sub_jaxprs(eqn):
-                total += count(sub)
-        return total
-
-    return count(closed.jaxpr)
 
 
 # --------------------------------------------------------------------------
@@ -785,13 +464,14 @@ def derivative(fun: Callable, order: int = 1, *, holomorphic: bool = False) -> C
         g(1.1)  # == taylax.derivative(f, 10)(1.1) == taylax.derivatives(f, 10)(1.1)[10]
         ```
     """
-    from ._api import check_order
 
     order = check_order(order)
 
     def derivative_fun(t, *args, **kwargs):
         t = _check_scalar(t, holomorphic, "t", "taylax.derivative")
-        sub, consts, out_tree = _trace(lambda t: fun(t, *args, **kwargs), t, "taylax.derivative")
+        sub, consts, out_tree = trace_scalar(
+            lambda t: fun(t, *args, **kwargs), t, "taylax.derivative"
+        )
         orders = (order,) * len(sub.out_avals)
         _check_outputs(sub, orders, "taylax.derivative")
         return jax.tree.unflatten(out_tree, _bind(sub, consts, t, orders))
@@ -931,7 +611,7 @@ def _first_derivative(fun: Callable, t, has_aux: bool, holomorphic: bool):
         aux_tree_box.append((aux_tree, len(aux_leaves)))
         return main, aux_leaves
 
-    sub, consts, out_tree = _trace(split, t, "taylax.jacfwd")
+    sub, consts, out_tree = trace_scalar(split, t, "taylax.jacfwd")
     n_out = len(sub.out_avals)
     n_aux = aux_tree_box[0][1] if has_aux else 0
     orders = (1,) * (n_out - n_aux) + (0,) * n_aux

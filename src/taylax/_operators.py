@@ -35,8 +35,8 @@ import numpy as np
 from jax import lax
 
 from . import _biharmonic, _policy
-from ._api import _cached_program, _trace
 from ._collapsed import Collapsed, eval_jaxpr_collapsed, seed, top_or_zeros
+from ._programs import cached_program, check_order, trace_leaves
 
 Array = jax.Array
 
@@ -98,12 +98,12 @@ def _run(fun, x, args, order, directions, weights, summed, api):
     compiled program) or None (every weight 1). A summed pass's tops are
     `sum_d w_d y_K[v_d]`; a pass with `summed=False` takes None only.
     """
-    closed, out_tree = _trace(lambda x, *args: fun(x, *args), (x, *args), api)
+    closed, out_tree = trace_leaves(lambda x, *args: fun(x, *args), (x, *args), api)
     arg_leaves = jax.tree.leaves(args)
     constant_weight = weights if isinstance(weights, float) else None
     weighted = weights is not None and constant_weight is None
     static = ("collapsed", order, summed, weighted, constant_weight)
-    program, consts = _cached_program(
+    program, consts = cached_program(
         closed, static, fun, _collapsed_program(order, summed, weighted, constant_weight)
     )
     if not weighted:
@@ -370,8 +370,8 @@ _UNSUPPORTED_PROGRAMS: weakref.WeakSet = weakref.WeakSet()
 def _exact_biharmonic(fun: Callable, x, args):
     """One symmetric-Hessian pass (`taylax._biharmonic`) where every equation has a rule
     there, else the Laplacian of the Laplacian."""
-    closed, out_tree = _trace(lambda x, *args: fun(x, *args), (x, *args), "taylax.biharmonic")
-    program, consts = _cached_program(closed, ("biharmonic",), fun, _biharmonic.program_of)
+    closed, out_tree = trace_leaves(lambda x, *args: fun(x, *args), (x, *args), "taylax.biharmonic")
+    program, consts = cached_program(closed, ("biharmonic",), fun, _biharmonic.program_of)
     if program not in _UNSUPPORTED_PROGRAMS:
         try:
             outs = program(consts, x, jax.tree.leaves(args))
@@ -601,7 +601,6 @@ def derivative_tensor(fun: Callable, order: int, *, unique: bool = False):
         taylax.derivative_tensor(f, 3)(jnp.array([1.0, 2.0]))   # shape (2, 2, 2)
         ```
     """
-    from ._api import check_order
 
     order = check_order(order)
     if order < 1:

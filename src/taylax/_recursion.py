@@ -67,7 +67,7 @@ def _build(contender: str):
 def _equations(contender: str, my_func, t, k: int) -> int:
     import jax
 
-    from ._derivative import count_unique_equations, emitted_jaxpr
+    from ._emitted import count_unique_equations, emitted_jaxpr
 
     f = partial(my_func, k=k)
     # For taylax, the program its derivatives lower to; jax.jacfwd's jaxpr is that already.

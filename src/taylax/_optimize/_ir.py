@@ -45,7 +45,7 @@ def is_keep_primitive(primitive) -> bool:
 @functools.cache
 def _program_type() -> type:
     """`taylax._derivative.Program`: the wrapper of a derivative's program (imported lazily)."""
-    from .._derivative import Program
+    from .._programs import Program
 
     return Program
 

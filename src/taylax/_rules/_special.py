@@ -34,7 +34,7 @@ from ._common import (
     pad_for_window,
     window_output_shape,
 )
-from ._transcendental import _integral
+from ._transcendental import integral
 
 
 def _derivative_only_in(prim, argument: str, other: str) -> NotImplementedError:
@@ -80,7 +80,7 @@ def _incomplete_gamma(prim, sign: float):
         low = order - 1
         c = ks.pad_degree(x.coeffs, low)
         w = ks.with_primal((a0 - 1) * _log_series_of(c, lax.log(x0), low) - c, w0)
-        return _integral(x, sign * _exp_series(w, w0, low), y0, order)
+        return integral(x, sign * _exp_series(w, w0, low), y0, order)
 
     register_rule(prim)(chunked(rule))
 
@@ -107,7 +107,7 @@ def _regularized_incomplete_beta(order, a, b, x, **params):
         c, lax.log(x0), low
     )
     w = ks.with_primal(w, w0)
-    return _integral(x, _exp_series(w, w0, low), y0, order)
+    return integral(x, _exp_series(w, w0, low), y0, order)
 
 
 # --------------------------------------------------------------------------------------------

@@ -349,7 +349,7 @@ univariate(lax.log_p, _log_line(False), _log_general)
 univariate(lax.log1p_p, _log_line(True), _log1p_general)
 
 
-def _integral(x: Series, g, y0, order: int) -> Series:
+def integral(x: Series, g, y0, order: int) -> Series:
     """`y = y0 + integral of g dx`: `y' = g x'`.
 
     `x` keeps its own degree here and in the rules that call this: over a polynomial
@@ -381,7 +381,7 @@ def _inverse_trig(prim, sign_one, sign_sq, kind, scale=1.0):
             g = _rsqrt_of(w, order - 1)
         else:
             g = ks.divide(jnp.ones_like(w[:1]), w, order - 1)
-        return _integral(x, scale * g if scale != 1.0 else g, y0, order)
+        return integral(x, scale * g if scale != 1.0 else g, y0, order)
 
     register_rule(prim)(chunked(rule))
 
@@ -409,7 +409,7 @@ def _acosh(order, x, **params):
         return Series.constant(y0)
     c = x.coeffs[:order]
     roots = [_rsqrt_of(ks.with_primal(c, c[0] + shift), order - 1) for shift in (-1.0, 1.0)]
-    return _integral(x, ks.cauchy(roots[0], roots[1], order - 1), y0, order)
+    return integral(x, ks.cauchy(roots[0], roots[1], order - 1), y0, order)
 
 
 @register_rule(lax.atan2_p)
@@ -436,7 +436,7 @@ def _erf_like(prim, sign):
         c = x.coeffs[:order]
         z = -ks.cauchy(c, c, order - 1)
         (e,) = ks.linear_ode(z, [lax.exp(-x.primal * x.primal)], [[1]], order - 1)
-        return _integral(x, (sign * 2 / math.sqrt(math.pi)) * e, y0, order)
+        return integral(x, (sign * 2 / math.sqrt(math.pi)) * e, y0, order)
 
     register_rule(prim)(chunked(rule))
 

@@ -1,0 +1,90 @@
+"""The program that runs for a call, every derivative replaced by its Taylor pass, and
+its size: what tests, benchmarks and the demo count (`jax.make_jaxpr` shows a
+derivative as one equation)."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import jax
+
+from . import _compat
+from ._derivative import derivative_p, evaluate
+from ._rules._calls import jit_per_jaxpr
+
+_EXPANDED_JITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _eval_expanded(jaxpr: _compat.Jaxpr, consts, args) -> list:
+    env: dict = {}
+
+    def read(v):
+        return v.val if isinstance(v, _compat.Literal) else env[v]
+
+    for v, x in zip(jaxpr.constvars, consts, strict=True):
+        env[v] = x
+    for v, x in zip(jaxpr.invars, args, strict=True):
+        env[v] = x
+    for eqn in jaxpr.eqns:
+        ins = [read(v) for v in eqn.invars]
+        if eqn.primitive is derivative_p:
+            outs = evaluate(*ins, **eqn.params)
+        elif eqn.primitive is _compat.jit_p:
+            outs = _expanded_jit(eqn.params["jaxpr"])(*ins)
+        else:
+            outs = _compat.bind_equation(eqn, ins)
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        for v, x in zip(eqn.outvars, outs, strict=True):
+            if not isinstance(v, _compat.DropVar):
+                env[v] = x
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _expanded_jit(closed: _compat.ClosedJaxpr):
+    def expanded(closed, *args):
+        return _eval_expanded(closed.jaxpr, closed.consts, args)
+
+    return jit_per_jaxpr(_EXPANDED_JITS, closed, None, expanded, "expanded")
+
+
+def emitted_jaxpr(fun: Callable, *args) -> _compat.ClosedJaxpr:
+    """The program that runs for `fun(*args)`: every derivative replaced by its Taylor pass.
+
+    `jax.make_jaxpr(fun)` shows a derivative as one equation; this shows what
+    it lowers to (as `jit` sub-programs, shared where they are shared).
+    """
+    closed = jax.make_jaxpr(fun)(*args)
+    return jax.make_jaxpr(lambda *a: _eval_expanded(closed.jaxpr, closed.consts, a))(
+        *jax.tree.leaves(args)
+    )
+
+
+def sub_jaxprs(eqn: _compat.JaxprEqn) -> list[_compat.Jaxpr]:
+    """The sub-jaxprs of an equation, a derivative's program included."""
+    subs = list(_compat.jaxprs_in_params(eqn.params))
+    if eqn.primitive is derivative_p:
+        subs.append(eqn.params["program"].closed.jaxpr)
+    return subs
+
+
+def count_unique_equations(closed: _compat.ClosedJaxpr) -> int:
+    """Equations of a jaxpr and its sub-jaxprs, each distinct sub-jaxpr counted once.
+
+    This is the size of what is traced and lowered (a `jit` sub-program is
+    lowered once however many call sites it has).
+    """
+    seen: set[int] = set()
+
+    def count(jaxpr: _compat.Jaxpr) -> int:
+        if id(jaxpr) in seen:
+            return 0
+        seen.add(id(jaxpr))
+        total = 0
+        for eqn in jaxpr.eqns:
+            total += 1
+            for sub in sub_jaxprs(eqn):
+                total += count(sub)
+        return total
+
+    return count(closed.jaxpr)
