@@ -1,7 +1,7 @@
 """Nested derivatives through a jitted user recursion: `taylax.jacfwd` vs `jax.jacfwd`.
 
 The users' recursion of issue 4, `my_func(t, k) = 1j [H(t), my_func(t, k-1)] +
-jacfwd(my_func(., k-1))(t)` with `jax.jit(static k)` at every level (`taylax._recursion`
+jacfwd(my_func(., k-1))(t)` with `jax.jit(static k)` at every level (`benchmarks/recursion.py`
 has the code), written once with each contender's `jacfwd`.
 
 For every depth `k` each contender runs in a fresh Python process, so that the first call
@@ -31,8 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from taylax._benchmark import environment, format_ratio, format_time
-from taylax._recursion import fitted_exponent, max_relative_difference, measure, measure_sequence
+from harness import environment, format_ratio, format_time
+from recursion import fitted_exponent, max_relative_difference, measure, measure_sequence
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 NAME = "derivative"

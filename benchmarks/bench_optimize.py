@@ -26,7 +26,7 @@ from pathlib import Path
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
-# (case name, benchmark case of taylax._benchmark, contender, order)
+# (case name, benchmark case of harness.py, contender, order)
 CASES = [
     ("nested jvp, scalar", "scalar", "nested_jvp", 4),
     ("nested jvp, scalar", "scalar", "nested_jvp", 6),
@@ -47,11 +47,11 @@ def _worker(spec: dict) -> None:
     import numpy as np
 
     import taylax
-    from taylax._benchmark import _build_case, _build_contender
+    from harness import build_case, build_contender
 
     jax.block_until_ready(jax.jit(lambda a: a + 1.0)(jnp.zeros(())))  # warm up the backend
-    f, x, v = _build_case(spec["case"])
-    fn, _ = _build_contender(spec["contender"], f, spec["order"])
+    f, x, v = build_case(spec["case"])
+    fn, _ = build_contender(spec["contender"], f, spec["order"])
     staged = taylax.optimized(fn) if spec["mode"] == "optimized" else fn
     x, v = jax.block_until_ready((x, v))
 

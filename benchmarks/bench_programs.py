@@ -10,8 +10,9 @@ Each (case, contender, order) runs in a fresh Python process, as in
 ``benchmarks/bench_taylor.py``: the first call is what a user pays the first time (trace,
 lower, compile and run of ``jax.jit``), the steady state is the median time of one call after
 warm-up, and the equations are counted recursively into sub-jaxprs. A worker that measures
-nested jvp never imports taylax. Results go to ``benchmarks/results/programs.{md,json}``;
-``benchmarks/update_readme.py`` renders them into the README. For example::
+nested jvp imports taylax only after its timings, to count them. Results go to
+``benchmarks/results/programs.{md,json}``; ``benchmarks/update_readme.py`` renders them into
+the README. For example::
 
     python benchmarks/bench_programs.py --orders 4,8 --nested-max-order 4 --timeout 60
 """
@@ -19,7 +20,6 @@ nested jvp never imports taylax. Results go to ``benchmarks/results/programs.{md
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import statistics
@@ -149,14 +149,6 @@ def _emit(**fields: Any) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def _load_count(path: str):
-    # By path, so that a nested-jvp worker never imports the taylax package.
-    spec = importlib.util.spec_from_file_location("_taylax_bench_count", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.count_equations
-
-
 def worker(spec: dict[str, Any]) -> None:
     """Measures one (case, contender, order); prints JSON lines (see the module docstring)."""
     import jax
@@ -186,20 +178,15 @@ def worker(spec: dict[str, Any]) -> None:
         jax.block_until_ready(jitted(x, v))
         times.append(time.perf_counter() - start)
     _emit(steady_s=statistics.median(times), steady_repeats=repeats)
-    _emit(equations=_load_count(spec["count_path"])(jax.make_jaxpr(fn)(x, v)))
+    from harness import count_equations  # imports taylax, after the timings
+
+    _emit(equations=count_equations(jax.make_jaxpr(fn)(x, v)))
     _emit(done=True)
 
 
 # --------------------------------------------------------------------------------------
 # Driver side.
 # --------------------------------------------------------------------------------------
-
-
-def _count_path() -> str:
-    spec = importlib.util.find_spec("taylax")  # locates the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("taylax is not installed: run `pip install -e .` first.")
-    return str(Path(list(spec.submodule_search_locations)[0]) / "_count.py")
 
 
 def run_one(
@@ -215,7 +202,7 @@ def run_one(
       min_time_s: the steady-state measurement lasts about this long.
 
     Returns:
-      A result dict with the keys of `taylax._benchmark.run_one`'s results: `case`,
+      A result dict with the keys of `harness.run_one`'s results: `case`,
       `contender`, `order`, `status` (`ok`, `timeout`, `error`), `reason`, `equations`,
       `first_call_s`, `steady_s`, `value`, `device`, `limit_s`, `wall_s`.
 
@@ -223,10 +210,9 @@ def run_one(
       >>> run_one("solve", "taylax", 4)["status"]  # doctest: +SKIP
       'ok'
     """
-    from taylax._benchmark import _error_line
+    from harness import error_line
 
     spec = {"case": case, "contender": contender, "order": order, "min_time_s": min_time_s}
-    spec["count_path"] = _count_path()
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
     start = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -245,7 +231,7 @@ def run_one(
             continue
     if status == "ok" and (proc.returncode != 0 or not fields.get("done")):
         status = "error"
-        reason = _error_line(stderr) or f"the worker exited with status {proc.returncode}"
+        reason = error_line(stderr) or f"the worker exited with status {proc.returncode}"
     return {
         "case": case,
         "contender": contender,
@@ -266,18 +252,18 @@ def markdown_report(results: Sequence[dict[str, Any]], meta: dict[str, Any]) -> 
     """Markdown tables, one per case: equations, first call, steady state and a value check.
 
     Args:
-      results: result dicts from `run_one` (or `taylax._benchmark.skipped`).
+      results: result dicts from `run_one` (or `harness.skipped`).
       meta: `key: value` pairs listed above the tables.
 
     Returns:
       The markdown text.
 
     Example:
-      >>> from taylax._benchmark import skipped
+      >>> from harness import skipped
       >>> "| 4 | skipped" in markdown_report([skipped("rk4", "taylax", 4, "demo")], {})
       True
     """
-    from taylax._benchmark import format_ratio, format_time
+    from harness import format_ratio, format_time
 
     def shown(r, key, fmt):
         if r is None:
@@ -350,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker(json.loads(args.worker))
         return 0
 
-    from taylax._benchmark import environment, format_time, skipped
+    from harness import environment, format_time, skipped
 
     orders = [int(o) for o in args.orders.split(",") if o.strip()]
     cases = [c for c in args.cases.split(",") if c.strip()]

@@ -1,9 +1,9 @@
 """Taylor-mode benchmark: taylax vs ``jax.experimental.jet`` vs nested ``jax.jvp``.
 
 Writes ``benchmarks/results/taylor.md`` (markdown tables) and ``taylor.json``.
-Each measurement runs in a fresh process (see ``taylax._benchmark``); ``taylax
-bench`` runs the same suite. Options (``--help``) set the orders, the contenders,
-the per-run time limit and the maximum order of nested jvp, e.g.::
+Each measurement runs in a fresh process (see ``harness.py``). Options (``--help``) set
+the orders, the contenders, the per-run time limit and the maximum order of nested jvp,
+e.g.::
 
     python benchmarks/bench_taylor.py --timeout 60 --scalar-orders 10,20
 """
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from taylax._benchmark import main as _main
+from harness import main as _main
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

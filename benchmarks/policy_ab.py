@@ -10,7 +10,7 @@ Compares `--base` (a built-in policy: cpu, gpu, default) with the same policy ch
   minimum of interleaved calls;
 * `rk4`: RK4 in `fori_loop` (`bench_programs.py`), first call and steady state, in
   alternating fresh processes;
-* `recursion`: the jitted recursion's first call (`taylax._recursion`), alternating
+* `recursion`: the jitted recursion's first call (`benchmarks/recursion.py`), alternating
   fresh processes.
 
 Usage::
@@ -134,9 +134,9 @@ import runpy, sys
 sys.path.insert(0, {here!r})
 import taylax
 from policy_ab import policies
-sys.argv = ["taylax._recursion", "taylax", "{k}"]
+sys.argv = ["recursion.py", "taylax", "{k}"]
 with taylax.emission_policy(policies({base!r}, {changes!r})[{label!r}]):
-    runpy.run_module("taylax._recursion", run_name="__main__")
+    runpy.run_path({here!r} + "/recursion.py", run_name="__main__")
 """
 
 

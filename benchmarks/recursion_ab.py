@@ -1,7 +1,7 @@
 """The nested-derivative recursion's first call: this tree against an earlier commit.
 
-Runs `python -m taylax._recursion <contender> <k>` (one first call in a fresh process,
-`taylax._recursion._worker`) alternately with this checkout's `src` and with the `src`
+Runs `python benchmarks/recursion.py <contender> <k>` (one first call in a fresh process,
+`recursion._worker`) alternately with this checkout's `src` and with the `src`
 of `--base` (checked out into a temporary git worktree), `--processes` times each, and
 prints every first call and the medians. `jax.jacfwd`'s first call at `--jacfwd-k`
 (default 7) is timed the same way, for the issue's bound (taylax at k = 20 at most
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def first_call(src: Path, contender: str, k: int) -> float:
     env = dict(os.environ, PYTHONPATH=str(src))
     done = subprocess.run(
-        [sys.executable, "-m", "taylax._recursion", contender, str(k)],
+        [sys.executable, str(ROOT / "benchmarks" / "recursion.py"), contender, str(k)],
         capture_output=True,
         text=True,
         check=True,

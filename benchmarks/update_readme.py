@@ -11,7 +11,7 @@ import json
 import pathlib
 import sys
 
-from taylax._benchmark import format_ratio, format_time
+from harness import format_ratio, format_time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
@@ -129,7 +129,7 @@ def derivative_summary(payload: dict) -> str:
     shown = dict(payload, results=[r for r in payload["results"] if r["k"] in DERIVATIVE_KS])
     lines = [
         "(e) A user recursion of nested derivatives with `jax.jit` at every level, "
-        "`X_k(t) = i[H(t), X_{k-1}(t)] + X_{k-1}'(t)` (`taylax._recursion`), written with "
+        "`X_k(t) = i[H(t), X_{k-1}(t)] + X_{k-1}'(t)` (`benchmarks/recursion.py`), written with "
         f"`taylax.jacfwd` against `jax.jacfwd` (jax {meta.get('jax', '?')}, "
         f"{meta.get('cpus', '?')} CPUs, complex128, "
         f"measured {str(meta.get('date', '?'))[:10]}; `benchmarks/results/derivative.md`; "

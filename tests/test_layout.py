@@ -51,28 +51,13 @@ KNOWN_CYCLES: set[frozenset[str]] = set()
 
 # Modules over MAX_LINES today, with their length when listed: each may shrink but not
 # grow past it (an exact count would fail on every unrelated fix in the file).
-KNOWN_LONG_MODULES: dict[str, int] = {
-    # Issue 41: the benchmark harness, its cases and its command line (moving out).
-    "taylax._benchmark": 945,
-}
+KNOWN_LONG_MODULES: dict[str, int] = {}
 
 # (importer, exporter, private name) taken across modules today.
-KNOWN_PRIVATE_NAMES: set[tuple[str, str, str]] = {
-    # `taylax bench`'s parser reuses the harness' comma-separated integers argument type.
-    ("taylax.cli", "taylax._benchmark", "_int_list"),
-}
+KNOWN_PRIVATE_NAMES: set[tuple[str, str, str]] = set()
 
-# (benchmark file, the private taylax module or name it imports) today: the scripts share
-# the harness in `taylax._benchmark` and the recursion of `taylax._recursion`, which have
-# no public face yet.
-KNOWN_BENCHMARK_PRIVATE_IMPORTS: set[tuple[str, str]] = {
-    ("benchmarks/bench_derivative.py", "taylax._benchmark"),
-    ("benchmarks/bench_derivative.py", "taylax._recursion"),
-    ("benchmarks/bench_optimize.py", "taylax._benchmark"),
-    ("benchmarks/bench_programs.py", "taylax._benchmark"),
-    ("benchmarks/bench_taylor.py", "taylax._benchmark"),
-    ("benchmarks/update_readme.py", "taylax._benchmark"),
-}
+# (benchmark file, the private taylax module or name it imports) today.
+KNOWN_BENCHMARK_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,7 @@ from ._diagnostics import (
     expect_compiles as expect_compiles,
     watch as watch,
 )
+from ._emitted import emitted_jaxpr as emitted_jaxpr
 from ._interpret import (
     TaylorRule as TaylorRule,
     register_rule as register_rule,

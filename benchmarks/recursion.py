@@ -11,8 +11,9 @@ The users' recursion (a Heisenberg-picture series, see the README)::
 
 With `jax.jacfwd` the program triples with every level; with `taylax.jacfwd`
 each level adds one Taylor pass. Every measurement runs in a fresh process
-(`python -m taylax._recursion CONTENDER K`), so that the first call pays the
-whole trace + compile, as a user's first call does.
+(`python benchmarks/recursion.py CONTENDER K`), so that the first call pays the
+whole trace + compile, as a user's first call does. The worker imports taylax from
+wherever Python finds it (`PYTHONPATH=src`, or another tree's `src` for an A/B).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 __all__ = ["fitted_exponent", "max_relative_difference", "measure", "measure_sequence"]
@@ -66,13 +68,24 @@ def _build(contender: str):
 
 def _equations(contender: str, my_func, t, k: int) -> int:
     import jax
+    from jax.extend.core import jaxprs_in_params
 
-    from ._emitted import count_unique_equations, emitted_jaxpr
+    from taylax import emitted_jaxpr
 
     f = partial(my_func, k=k)
     # For taylax, the program its derivatives lower to; jax.jacfwd's jaxpr is that already.
     closed = emitted_jaxpr(f, t) if contender == "taylax" else jax.make_jaxpr(f)(t)
-    return count_unique_equations(closed)
+    # Each distinct sub-jaxpr once: a `jit` sub-program is lowered once however many
+    # call sites it has.
+    seen: set[int] = set()
+
+    def count(jaxpr) -> int:
+        if id(jaxpr) in seen:
+            return 0
+        seen.add(id(jaxpr))
+        return sum(1 + sum(count(sub) for sub in jaxprs_in_params(e.params)) for e in jaxpr.eqns)
+
+    return count(closed.jaxpr)
 
 
 def _worker(contender: str, ks: list[int], count: bool) -> None:
@@ -96,7 +109,9 @@ def _worker(contender: str, ks: list[int], count: bool) -> None:
 
 
 def _run(contender: str, ks: list[int], timeout_s: float, count: bool) -> list[dict[str, Any]]:
-    cmd = [sys.executable, "-m", "taylax._recursion", contender, ",".join(map(str, ks))]
+    # By path, so that the worker starts from any directory.
+    here = str(Path(__file__).resolve())
+    cmd = [sys.executable, here, contender, ",".join(map(str, ks))]
     if count:
         cmd.append("--count")
     env = dict(os.environ)

@@ -3,24 +3,27 @@
 Every measurement runs in a fresh Python process, so that no trace or compile
 cache is shared between contenders: the first call of a contender is what a
 user pays the first time (trace, lower, compile and run of ``jax.jit`` of the
-whole computation). The worker process never imports the ``taylax`` package
-unless it measures taylax itself, so that nothing taylax does at import time
-can affect the other contenders.
+whole computation). A worker imports the ``taylax`` package before its timings
+only when it measures taylax itself, so that nothing taylax does at import time
+can affect the other contenders; the others import it after their timings, to
+count equations with ``taylax.equation_counts``.
 
 For each (case, contender, order) the worker reports, as JSON lines on stdout:
 
 * ``first_call_s``: the first call of ``jax.jit(fn)``, until ``block_until_ready``;
 * ``steady_s``: the median time of one call after warm-up, over enough calls to
   last about ``min_time_s``;
-* ``equations``: ``count_equations(jax.make_jaxpr(fn)(x, v))``, counted
-  recursively into sub-jaxprs;
+* ``equations``: ``sum(taylax.equation_counts(jax.make_jaxpr(fn)(x, v)).values())``,
+  counted recursively into sub-jaxprs;
 * ``value``: a checksum of the highest derivative, to check that contenders agree.
 
 A run that exceeds its time limit is killed and reported as ``"timeout"``
 (its equations are then counted by a second, trace-only run, which is much
 cheaper than compiling). All computations are in float64.
 
-Run ``python benchmarks/bench_taylor.py`` or ``taylax bench`` for the full suite.
+This module is the benchmark suite's shared harness (it is not part of the installed
+package): ``python benchmarks/bench_taylor.py`` runs the full suite, and other scripts
+import its cases, contenders and formatting.
 """
 
 from __future__ import annotations
@@ -45,10 +48,18 @@ __all__ = [
     "CASES",
     "CONTENDERS",
     "BenchConfig",
+    "build_case",
+    "build_contender",
+    "count_equations",
+    "environment",
+    "error_line",
+    "format_ratio",
+    "format_time",
     "main",
     "markdown_report",
     "run_one",
     "run_suite",
+    "skipped",
     "write_results",
 ]
 
@@ -111,12 +122,26 @@ class BenchConfig:
 
 
 # --------------------------------------------------------------------------------------
-# Worker side: runs in a fresh process, imports jax (and taylax only if measured).
+# Worker side: runs in a fresh process, imports jax (and taylax only if measured, or to
+# count equations once the timings are done).
 # --------------------------------------------------------------------------------------
 
 
-def _build_case(case: str) -> tuple[Callable[[Any], Any], Any, Any]:
-    """Returns ``(f, x, v)``: the function, the point and the direction of the case."""
+def build_case(case: str) -> tuple[Callable[[Any], Any], Any, Any]:
+    """Returns ``(f, x, v)``: the function, the point and the direction of the case.
+
+    Args:
+      case: a key of :data:`CASES`.
+
+    Returns:
+      The function ``f``, the point ``x`` and the direction ``v`` (float64).
+
+    Raises:
+      ValueError: if ``case`` is not a key of :data:`CASES`.
+
+    Example:
+      >>> f, x, v = build_case("scalar")  # doctest: +SKIP
+    """
     import jax
     import jax.numpy as jnp
 
@@ -147,11 +172,24 @@ def _build_case(case: str) -> tuple[Callable[[Any], Any], Any, Any]:
     raise ValueError(f"Unknown benchmark case {case!r}; expected one of {sorted(CASES)}.")
 
 
-def _build_contender(contender: str, f: Callable, order: int) -> tuple[Callable, bool]:
+def build_contender(contender: str, f: Callable, order: int) -> tuple[Callable, bool]:
     """Returns ``(fn, stacked)``: ``fn(x, v)`` computes the derivatives of ``f`` along ``v``.
 
-    ``stacked`` is true when ``fn`` returns all derivatives ``0..order`` stacked on
-    a leading axis, false when it returns only the ``order``-th one.
+    Args:
+      contender: one of :data:`CONTENDERS`.
+      f: the function to differentiate.
+      order: the derivative order, at least 1.
+
+    Returns:
+      ``(fn, stacked)``; ``stacked`` is true when ``fn`` returns all derivatives
+      ``0..order`` stacked on a leading axis, false when it returns only the
+      ``order``-th one.
+
+    Raises:
+      ValueError: if ``contender`` is not one of :data:`CONTENDERS`.
+
+    Example:
+      >>> fn, stacked = build_contender("jet", lambda t: t**3, 2)  # doctest: +SKIP
     """
     import jax
     import jax.numpy as jnp
@@ -182,20 +220,6 @@ def _build_contender(contender: str, f: Callable, order: int) -> tuple[Callable,
     raise ValueError(f"Unknown contender {contender!r}; expected one of {list(CONTENDERS)}.")
 
 
-def _nested_all_orders(f: Callable, order: int) -> Callable:
-    """Nested `jax.jvp` returning every level `f, f', ..., f^(order)` stacked."""
-    import jax
-    import jax.numpy as jnp
-
-    def fn(x, v):
-        levels = [f]
-        for _ in range(order):
-            levels.append((lambda h: lambda y: jax.jvp(h, (y,), (v,))[1])(levels[-1]))
-        return jnp.stack([g(x) for g in levels])
-
-    return fn
-
-
 def _checksum(derivative: Any) -> float:
     """A sign-aware scalar summary of an array: a fixed weighted sum of its entries."""
     import numpy as np
@@ -208,7 +232,29 @@ def _emit(**fields: Any) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def _worker(spec: dict[str, Any], count_equations: Callable[[Any], int]) -> None:
+def count_equations(jaxpr: Any) -> int:
+    """The equations of a jaxpr and of all its sub-jaxprs (``taylax.equation_counts``).
+
+    Workers call it after their timings: it imports taylax, which must not run before a
+    timed call of another contender.
+
+    Args:
+      jaxpr: what ``jax.make_jaxpr`` returns.
+
+    Returns:
+      The number of equations.
+
+    Example:
+      >>> import jax, jax.numpy as jnp
+      >>> count_equations(jax.make_jaxpr(lambda x: jnp.sin(x) * x)(1.0))
+      2
+    """
+    import taylax
+
+    return sum(taylax.equation_counts(jaxpr).values())
+
+
+def _worker(spec: dict[str, Any]) -> None:
     """Measures one (case, contender, order) and prints JSON lines on stdout."""
     import jax
 
@@ -217,11 +263,8 @@ def _worker(spec: dict[str, Any], count_equations: Callable[[Any], int]) -> None
 
     # Initialise the backend and jit machinery outside of the measurement.
     jax.block_until_ready(jax.jit(lambda a: a + 1.0)(jnp.zeros(())))
-    if spec.get("mode") == "batch":
-        _batch_worker(spec)
-        return
-    f, x, v = _build_case(spec["case"])
-    fn, stacked = _build_contender(spec["contender"], f, spec["order"])
+    f, x, v = build_case(spec["case"])
+    fn, stacked = build_contender(spec["contender"], f, spec["order"])
     x, v = jax.block_until_ready((x, v))
     _emit(device=str(jax.devices()[0].platform), jax_version=jax.__version__)
 
@@ -248,63 +291,16 @@ def _worker(spec: dict[str, Any], count_equations: Callable[[Any], int]) -> None
     _emit(done=True)
 
 
-def _batch_worker(spec: dict[str, Any]) -> None:
-    """The steady state of ``jax.jit(jax.vmap(fn))`` over ``spec["points"]`` points.
-
-    One row per order: the first call (compile included) and the best of
-    ``spec["repeats"]`` timed calls after one warm-up call. The best, not the median: on a
-    shared machine, the other processes only ever add time.
-    """
-    import jax
-    import jax.numpy as jnp
-
-    f, _, _ = _build_case("scalar")
-    points = spec["points"]
-    t = jax.block_until_ready(jnp.linspace(0.5, 1.5, points))
-    v = jax.block_until_ready(jnp.ones(points))
-    _emit(device=str(jax.devices()[0].platform), jax_version=jax.__version__)
-    for order in spec["orders"]:
-        fn, stacked = _build_contender(spec["contender"], f, order)
-        if spec["contender"] == "nested_jvp":
-            # On a batch every contender computes the same output, all derivatives 0..K.
-            fn, stacked = _nested_all_orders(f, order), True
-        batched = jax.jit(jax.vmap(fn))
-        start = time.perf_counter()
-        out = jax.block_until_ready(batched(t, v))
-        first = time.perf_counter() - start
-        jax.block_until_ready(batched(t, v))
-        times = []
-        for _ in range(spec["repeats"]):
-            start = time.perf_counter()
-            jax.block_until_ready(batched(t, v))
-            times.append(time.perf_counter() - start)
-        # vmap puts the batch axis first: (points, order + 1) when stacked.
-        highest = out[:, -1] if stacked else out
-        _emit(
-            row={
-                "order": order,
-                "first_call_s": first,
-                "steady_s": min(times),
-                "value": _checksum(highest),
-            }
-        )
-    _emit(done=True)
-
-
-# The worker is started with ``python -c _BOOTSTRAP SPEC``. It loads this file and
-# _count.py by path, without importing the taylax package (see the module docstring).
+# The worker is started with ``python -c _BOOTSTRAP SPEC``. It loads this file by its
+# path, so that it runs from any directory, whether or not ``benchmarks/`` is on sys.path.
 _BOOTSTRAP = """\
 import importlib.util, json, sys
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 _spec = json.loads(sys.argv[1])
-_count = _load("_taylax_bench_count", _spec["count_path"])
-_bench = _load("_taylax_bench_worker", _spec["bench_path"])
-_bench._worker(_spec, _count.count_equations)
+_loader = importlib.util.spec_from_file_location("_taylax_bench_worker", _spec["harness_path"])
+_harness = importlib.util.module_from_spec(_loader)
+sys.modules[_loader.name] = _harness
+_loader.loader.exec_module(_harness)
+_harness._worker(_spec)
 """
 
 
@@ -315,9 +311,7 @@ _bench._worker(_spec, _count.count_equations)
 
 def _spawn(spec: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], str, str | None]:
     """Runs one worker; returns its merged JSON fields, a status and the reason if not ok."""
-    here = Path(__file__).resolve().parent
-    paths = {"bench_path": str(here / "_benchmark.py"), "count_path": str(here / "_count.py")}
-    spec = {**spec, **paths}
+    spec = {**spec, "harness_path": str(Path(__file__).resolve())}
     proc = subprocess.Popen(
         [sys.executable, "-c", _BOOTSTRAP, json.dumps(spec)],
         stdout=subprocess.PIPE,
@@ -341,13 +335,11 @@ def _spawn(spec: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], str,
             parsed = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(parsed, dict) and "row" in parsed:  # one of several results (batch)
-            fields.setdefault("rows", []).append(parsed["row"])
-        elif isinstance(parsed, dict):
+        if isinstance(parsed, dict):
             fields.update(parsed)
     if status == "ok" and (proc.returncode != 0 or not fields.get("done")):
         fallback = f"the worker exited with status {proc.returncode}"
-        status, reason = "error", _error_line(stderr) or fallback
+        status, reason = "error", error_line(stderr) or fallback
         fields["stderr_tail"] = "\n".join(stderr.strip().splitlines()[-30:])
     return fields, status, reason
 
@@ -355,8 +347,19 @@ def _spawn(spec: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], str,
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)(: .*)?$")
 
 
-def _error_line(stderr: str) -> str | None:
-    """The last line of a traceback that names the exception (JAX adds a note after it)."""
+def error_line(stderr: str) -> str | None:
+    r"""The last line of a traceback that names the exception (JAX adds a note after it).
+
+    Args:
+      stderr: a process's standard error.
+
+    Returns:
+      The line, else the last non-empty line, else ``None``.
+
+    Example:
+      >>> error_line("Traceback ...\nValueError: bad\nnote: more")
+      'ValueError: bad'
+    """
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     for line in reversed(lines):
         if _EXCEPTION_LINE.match(line):
@@ -435,81 +438,6 @@ def run_one(
         "wall_s": time.perf_counter() - start,
         **({"stderr_tail": fields["stderr_tail"]} if "stderr_tail" in fields else {}),
     }
-
-
-def run_batch(
-    contender: str,
-    orders: Sequence[int],
-    *,
-    points: int = 65_536,
-    repeats: int = 5,
-    timeout_s: float = 120.0,
-) -> list[dict[str, Any]]:
-    """The steady state on a batch: ``jax.jit(jax.vmap(fn))`` over ``points`` values of t.
-
-    ``fn`` computes all derivatives ``0..order`` of the ``scalar`` case's
-    ``0.3*sin(t)*t**10`` at each order, for every contender (nested jvp stacks each of its
-    levels), so the steady states compare the same output. All orders of one contender run
-    in one fresh process.
-
-    Args:
-      contender: one of :data:`CONTENDERS`.
-      orders: the derivative orders, each at least 1.
-      points: the batch size N (t runs over ``linspace(0.5, 1.5, N)``).
-      repeats: timed calls per order after one warm-up call; the best is kept.
-      timeout_s: the time limit of the whole process.
-
-    Returns:
-      One dict per order, with the keys of :func:`run_one`'s (``case`` is ``"batch"``,
-      ``steady_s`` is the best of the repeats) plus ``points`` and ``repeats``. Orders
-      that a timeout or an error left unmeasured have that ``status``.
-
-    Raises:
-      ValueError: if ``contender``, ``orders``, ``points`` or ``repeats`` is not valid.
-
-    Example:
-      >>> rows = run_batch("jet", [2], points=1024, repeats=3)  # doctest: +SKIP
-      >>> rows[0]["status"], rows[0]["steady_s"] > 0  # doctest: +SKIP
-      ('ok', True)
-    """
-    if contender not in CONTENDERS:
-        raise ValueError(f"Unknown contender {contender!r}; expected one of {list(CONTENDERS)}.")
-    if not orders or any(not isinstance(k, int) or k < 1 for k in orders):
-        raise ValueError(f"orders must be integers >= 1, but got {list(orders)!r}.")
-    for name, value in (("points", points), ("repeats", repeats)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, but got {value!r}.")
-    spec = {
-        "case": "scalar",
-        "contender": contender,
-        "orders": list(orders),
-        "points": points,
-        "repeats": repeats,
-        "mode": "batch",
-    }
-    start = time.perf_counter()
-    fields, status, reason = _spawn(spec, timeout_s)
-    wall = time.perf_counter() - start
-    rows = {row["order"]: row for row in fields.get("rows", [])}
-    results = []
-    for order in orders:
-        row = rows.get(order)
-        result = skipped("batch", contender, order, "")
-        result.update(
-            status="ok" if row else ("error" if status == "ok" else status),
-            reason=None if row else (reason or "the worker reported no result"),
-            device=fields.get("device"),
-            limit_s=timeout_s,
-            wall_s=wall,
-            points=points,
-            repeats=repeats,
-        )
-        if row:
-            result.update(
-                first_call_s=row["first_call_s"], steady_s=row["steady_s"], value=row["value"]
-            )
-        results.append(result)
-    return results
 
 
 def skipped(case: str, contender: str, order: int, reason: str) -> dict[str, Any]:
@@ -794,7 +722,7 @@ def write_results(
 
 
 # --------------------------------------------------------------------------------------
-# Command line (shared by ``taylax bench`` and benchmarks/bench_taylor.py).
+# Command line (benchmarks/bench_taylor.py).
 # --------------------------------------------------------------------------------------
 
 
@@ -821,7 +749,7 @@ def _contender_list(text: str) -> tuple[str, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser, default_out_dir: str) -> None:
-    """Adds the benchmark options to ``parser`` (used by ``taylax bench``).
+    """Adds the benchmark options to ``parser`` (those of ``bench_taylor.py``).
 
     Args:
       parser: the parser or sub-parser to extend.
@@ -939,7 +867,7 @@ def main(argv: Sequence[str] | None = None, default_out_dir: str = "benchmarks/r
       0
     """
     parser = argparse.ArgumentParser(
-        prog="taylax bench", description="Benchmark taylax against jet and nested jvp."
+        prog="bench_taylor.py", description="Benchmark taylax against jet and nested jvp."
     )
     add_arguments(parser, default_out_dir)
     return run_from_args(parser.parse_args(argv))
