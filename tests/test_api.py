@@ -18,7 +18,7 @@ from reference import (
 )
 from taylax import _series as ks
 from taylax._count import count_equations
-from taylax._interpret import read_row_by_row
+from taylax._pass import read_row_by_row
 
 # The structural tests here pin the programs the CPU policy emits, whatever the backend.
 pytestmark = pytest.mark.usefixtures("cpu_policy")

@@ -553,7 +553,7 @@ def _most_kernels(hlo: str) -> int:
 def test_loop_bodies_keep_linear_operations_on_stacks(monkeypatch):
     # Outside loops a sum of stacks of rows stacks its own rows (under vmap the rows
     # then fuse into the output). In a loop body every row would be a kernel of its own
-    # per step, so stacks stay stacks there (`ks.in_loop_body`), with the same values.
+    # per step, so stacks stay stacks there (`taylax._pass.in_loop_body`), with the same values.
     def euler(y):
         def step(i, y):
             return jnp.stack([y[0] + 0.01 * y[1], y[1] + 0.01 * (jnp.cos(y[1]) - jnp.sin(y[0]))])

@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat, _rules, _series as ks  # noqa: F401  (_rules registers the built-in rules)
+from . import _compat, _policy, _rules, _series as ks  # noqa: F401  (_rules registers the built-in rules)
 from ._interpret import (
     eval_jaxpr_series,
     register_rule,
@@ -104,7 +104,7 @@ def _impl(*args, program, orders):
             jaxpr_token(program.closed.jaxpr),
             tuple(const_key(c) for c in program.closed.consts),
             orders,
-            ks.policy(),
+            _policy.current(),
         )
     except Uncacheable:
         key = None

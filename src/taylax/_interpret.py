@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _compat, _elementwise, _policy, _series as ks
+from . import _compat, _elementwise, _pass, _policy
 from ._series import Series
 
 
@@ -218,23 +218,6 @@ def carries_derivative(aval) -> bool:
 # with the same test). Filled by the rule modules.
 row_readers: dict[_compat.Primitive, Callable[[_compat.JaxprEqn, int, int, bool], bool]] = {}
 
-# Whether the outputs of the equation whose rule is running are read only row by row (see
-# `read_row_by_row`); a stack, as rules nest.
-_read_by_rows: list[bool] = []
-
-
-def read_row_by_row() -> bool:
-    """Whether every output of the equation being evaluated is read one coefficient row at
-    a time: only by `row_readers` whose other operands do not depend on the input (a
-    network's next layer).
-
-    Such readers take each row as its own buffer anyway, so a rule may let XLA fuse its
-    rows freely instead of marking them `computed_once`, or give its rows as buffers of
-    their own (a product). False outside a rule, and for outputs of the jaxpr or read
-    inside a sub-program.
-    """
-    return bool(_read_by_rows) and _read_by_rows[-1]
-
 
 def _row_read_equations(jaxpr: _compat.Jaxpr, varying: set, order: int) -> set[int]:
     """Indices of the equations all of whose outputs are read only row by row
@@ -308,8 +291,8 @@ def eval_jaxpr_series(
     pass takes the emission policy in force within its budget (`taylax._policy.for_pass`).
     """
     if one_kernel is None:
-        one_kernel = ks.one_kernel_pass()
-    with _policy.pass_scope(_policy.for_pass(jaxpr, order)), ks.taylor_pass(order, one_kernel):
+        one_kernel = _pass.one_kernel_pass()
+    with _policy.pass_scope(_policy.for_pass(jaxpr, order)), _pass.taylor_pass(order, one_kernel):
         return _eval_jaxpr_series(jaxpr, consts, args, order)
 
 
@@ -371,11 +354,8 @@ def _eval_jaxpr_series(
         rule = taylor_rules.get(primitive)
         if rule is None:
             raise missing_rule(primitive)
-        _read_by_rows.append(i in read_by_rows)
-        try:
+        with _pass.reading_by_rows(i in read_by_rows):
             result = rule(order, *series_in, **eqn.params)
-        finally:
-            _read_by_rows.pop()
         outs = rule_result(eqn, result, order)
         for v, o in zip(eqn.outvars, outs, strict=True):
             write(v, o)

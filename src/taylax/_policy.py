@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 import jax
 
-from . import _compat
+from . import _compat, _pass
 from ._count import iter_equations
 
 __all__ = ["CPU", "DEFAULT", "GPU", "EmissionPolicy", "current", "emission_policy"]
@@ -336,28 +336,19 @@ def emission_policy(policy: EmissionPolicy | str) -> Iterator[EmissionPolicy]:
         yield policy
 
 
-# Whether a pass is being traced: a pass inside another (a sub-program, a nested
-# derivative) keeps the policy its outermost pass chose.
-_IN_PASS: contextvars.ContextVar[bool] = contextvars.ContextVar("taylax_in_pass", default=False)
-
-
 def for_pass(jaxpr, order: int) -> EmissionPolicy:
     """The policy of a pass of `order` over `jaxpr`: inside another pass that pass's;
     else the policy in force, within its budget for the program's size (`within_budget`,
     counting the equations of every sub-program once)."""
-    if _IN_PASS.get():
+    if _pass.pass_order() is not None:
+        # A pass inside another (a sub-program, a nested derivative) keeps the policy its
+        # outermost pass chose.
         return current()
     size = sum(1 for _ in iter_equations(jaxpr))
     return current().within_budget(size, order)
 
 
-@contextlib.contextmanager
-def pass_scope(policy: EmissionPolicy) -> Iterator[None]:
+def pass_scope(policy: EmissionPolicy):
     """Trace a pass with `policy` in force (`current()` returns it), and passes inside it
     too (`for_pass`)."""
-    in_pass = _IN_PASS.set(True)
-    try:
-        with _overridden(policy):
-            yield
-    finally:
-        _IN_PASS.reset(in_pass)
+    return _overridden(policy)

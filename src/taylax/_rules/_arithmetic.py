@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _series as ks
-from .._interpret import read_row_by_row, register_rule, row_readers, taylor_rules
+from .. import _policy, _series as ks
+from .._interpret import register_rule, row_readers, taylor_rules
+from .._pass import read_row_by_row
 from .._series import Series
 from ._common import aligned, chunked, defconstant, defelementwise_linear, weighted_sum
 
@@ -272,7 +273,7 @@ def _root(prim, p):
     @chunked
     def general(order, x, **params):
         y0 = prim.bind(x.primal, **params)
-        if p == 0.5 and x.degree > ks.policy().unroll_max_degree and ks.unrolled(order):
+        if p == 0.5 and x.degree > _policy.current().unroll_max_degree and ks.unrolled(order):
             # A series of full degree: the square's folded sum (`ks.square_root`).
             return Series(ks.square_root(x.coeffs, y0, order))
         return Series(ks.power(x.coeffs, p, y0, order))

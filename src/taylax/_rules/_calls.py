@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _compat, _series as ks
+from .. import _compat, _pass, _policy
 from .._fallback import fallback_p, impl_jaxpr
 from .._interpret import eval_jaxpr_series, register_rule
 from .._series import Series, derivative_series, integrate
@@ -49,7 +49,7 @@ def jit_per_jaxpr(cache: weakref.WeakKeyDictionary, closed, key, body: Callable,
     only runs while `closed` lives.
     """
     per_jaxpr = cache.setdefault(closed, {})
-    key = (key, ks.policy())
+    key = (key, _policy.current())
     fn = per_jaxpr.get(key)
     if fn is None:
         closed_ref = weakref.ref(closed)
@@ -65,7 +65,7 @@ def jit_per_jaxpr(cache: weakref.WeakKeyDictionary, closed, key, body: Callable,
 def transformed_call(closed: _compat.ClosedJaxpr, order: int, degrees: tuple[int, ...], name):
     """A jitted function evaluating `closed` on series of the given input degrees (cached),
     as part of the enclosing pass (one kernel or not: `ks.one_kernel_pass`)."""
-    one_kernel = ks.one_kernel_pass()
+    one_kernel = _pass.one_kernel_pass()
 
     def taylor_call(closed, *arrays):
         inputs = _as_inputs(arrays, degrees)

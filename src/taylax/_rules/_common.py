@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .. import _policy
 from .._compat import Primitive
 from .._interpret import register_rule
-from .._series import Series, lift, pad_degree, policy, unrolled, with_primal
+from .._series import Series, lift, pad_degree, unrolled, with_primal
 
 
 def is_inexact(x: Series) -> bool:
@@ -133,7 +134,7 @@ def chunked(rule):
     def wrapped(order, *xs, **params):
         shape = tuple(jnp.broadcast_shapes(*[x.shape for x in xs]))
         size = int(np.prod(shape)) if shape else 1
-        element_chunk = policy().element_chunk
+        element_chunk = _policy.current().element_chunk
         # Unrolled recurrences are straight-line elementwise code: nothing to chunk.
         if element_chunk is None or unrolled(order) or all(x.is_constant for x in xs):
             return rule(order, *xs, **params)

@@ -22,7 +22,8 @@ from jax import lax
 
 from .. import _compat
 from .._interpret import eval_jaxpr_series, register_rule
-from .._series import Series, loop_body, pad_degree
+from .._pass import loop_body
+from .._series import Series, pad_degree
 
 # closed jaxpr -> {(order, input degrees): output degrees}
 _OUT_DEGREES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

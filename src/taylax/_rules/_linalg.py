@@ -12,7 +12,7 @@ import math
 import jax.numpy as jnp
 from jax import Array, lax
 
-from .. import _series as ks
+from .. import _policy, _series as ks
 from .._interpret import register_rule, row_readers
 from .._series import Series
 
@@ -76,7 +76,7 @@ def _dot_general(order, a, b, *, dimension_numbers, **params):
     work = math.prod(x.shape) * math.prod(
         y.shape[d] for d in _split_dims(y.ndim, y_contract, y_batch)
     )
-    if work <= ks.policy().small_product:
+    if work <= _policy.current().small_product:
         out = _dot_general_by_multiply(x, y, dimension_numbers=dims, **params)
     else:
         out = lax.dot_general(x, y, dims, **params)
@@ -119,7 +119,7 @@ def _takes_pair_dots(a: Series, b: Series, degree: int, dimension_numbers) -> bo
     of rows (`_pair_dots`) rather than one dot over a Toeplitz table."""
     (_, bc), (_, bb) = dimension_numbers
     work = math.prod(a.shape) * math.prod(b.shape[d] for d in _split_dims(len(b.shape), bc, bb))
-    p = ks.policy()
+    p = _policy.current()
     return degree <= p.pair_dots_max_degree and work >= p.pair_dots_min_work
 
 
@@ -127,7 +127,7 @@ def _takes_row_dots(shape, dtype, degree: int) -> bool:
     """Whether a series of `degree` with rows of `shape` times a constant matrix is one
     dot per row (the rule and its `row_readers` entry decide with this one test)."""
     row_bytes = math.prod(shape) * jnp.dtype(dtype).itemsize
-    p = ks.policy()
+    p = _policy.current()
     return degree <= p.row_dots_max_degree and row_bytes >= p.row_dots_min_bytes
 
 

@@ -18,8 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _series as ks
-from .._interpret import read_row_by_row, register_rule, taylor_rules
+from .. import _pass, _policy, _series as ks
+from .._interpret import register_rule, taylor_rules
+from .._pass import read_row_by_row
 from .._series import Array, Series
 from ._arithmetic import log_series
 from ._common import chunked, line_coefficients
@@ -159,7 +160,7 @@ def sin_cos(x0):
     """
     if jnp.issubdtype(jnp.result_type(x0), np.complexfloating):
         return lax.sin(x0), lax.cos(x0)  # complex sin and cos count as expensive already
-    if ks.one_kernel_pass():  # evaluated once per point by the pass's one kernel
+    if _pass.one_kernel_pass():  # evaluated once per point by the pass's one kernel
         return lax.sin(x0), lax.cos(x0)
     one = ks.opaque_one(x0)
     if jnp.result_type(x0) not in (np.float32, np.float64):  # no complex type of their own
@@ -239,7 +240,7 @@ def _riccati_factor(kind: str, x0, y0):
 def _polynomial_line(kind: str, x0, y0, order: int, scale: float = 1.0):
     table = _derivative_polynomials(kind, order)
     dtype = jnp.result_type(y0)
-    if order <= ks.policy().polynomial_rows_max_order:
+    if order <= _policy.current().polynomial_rows_max_order:
         return _polynomial_line_rows(table, kind, x0, jnp.asarray(y0, dtype), scale)
     # Scaled adds `sum_j C[:, j] y0^j` (Horner in y0), not a matmul over the table: one
     # fused elementwise kernel; as a (K+1, K+2) dot it ran as a general matmul per element.

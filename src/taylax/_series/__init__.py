@@ -1,8 +1,8 @@
 """The stacked series type and the Taylor arithmetic kernels (see each module).
 
-Re-exports only: `_type` (the Series type), `_state` (what a pass knows about itself),
-`_coeffs` (stacked arrays), `_rows` (rows of stacks), `_marks` (what XLA keeps in
-buffers), `_products`, `_recurrences`, `_lines` (lines and powers).
+Re-exports only: `_type` (the Series type), `_coeffs` (stacked arrays), `_rows` (rows of
+stacks), `_marks` (what XLA keeps in buffers), `_products`, `_recurrences`, `_lines`
+(lines and powers). What a pass knows about itself is `taylax._pass`.
 """
 
 from ._coeffs import (
@@ -92,13 +92,5 @@ from ._rows import (
     stack_rows_as as stack_rows_as,
     with_known_rows as with_known_rows,
     with_primal as with_primal,
-)
-from ._state import (
-    in_loop_body as in_loop_body,
-    loop_body as loop_body,
-    one_kernel_pass as one_kernel_pass,
-    pass_order as pass_order,
-    policy as policy,
-    taylor_pass as taylor_pass,
 )
 from ._type import Series as Series

@@ -11,8 +11,8 @@ import numpy as np
 from jax import lax
 
 from .. import _once
+from .._pass import one_kernel_pass, pass_order
 from ._coeffs import Array, real_dtype
-from ._state import one_kernel_pass, pass_order
 
 
 def opaque_one(source: Array) -> Array:

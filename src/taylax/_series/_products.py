@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .. import _policy
 from ._coeffs import Array, degree_of, lift, pad_degree
 from ._rows import has_separate_rows, known_rows, rows_of, stack_rows_as
-from ._state import policy
 
 
 def toeplitz(b: Array, rows: int, cols: int) -> Array:
@@ -71,7 +71,7 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
         # process): 0.57-0.95x; at order 12 0.42-1.1x, at 16 1.0-1.6x, hence the bound.
         shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
         return stack_rows_as(cauchy_rows(a, b, degree), shape, jnp.result_type(a, b))
-    if a.ndim == 1 and policy().scalar_products_as_dots:
+    if a.ndim == 1 and _policy.current().scalar_products_as_dots:
         # Scalar series: one matrix-vector product with b's Toeplitz table. A dot is a
         # kernel of its own, which bounds the expressions XLA fuses in a large program.
         table = toeplitz(b, degree + 1, da + 1)
@@ -122,7 +122,7 @@ def product_rows_max_order(read_by_rows: bool = True) -> int:
     `product_rows_max_order` for a product read row by row or whose two factors have
     rows of their own (`read_by_rows`), `stacked_product_rows_max_order` for the others.
     Past it, a shifted sum of stacks (a few equations per coefficient)."""
-    p = policy()
+    p = _policy.current()
     return p.product_rows_max_order if read_by_rows else p.stacked_product_rows_max_order
 
 

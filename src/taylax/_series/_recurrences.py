@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 import jax.numpy as jnp
 from jax import lax
 
-from .. import _once
+from .. import _once, _policy
+from .._pass import in_loop_body, pass_order
 from ._coeffs import (
     Array,
     as_real,
@@ -38,7 +39,6 @@ from ._coeffs import (
 from ._marks import computed_once, opaque_one, shielded
 from ._products import derivative_rows, dot_rows, shifted_sum, toeplitz
 from ._rows import has_separate_rows, rows_of, stack_rows_as, with_primal
-from ._state import in_loop_body, pass_order, policy
 
 
 def unrolled(order: int, degree: int | None = None, separate_rows: bool = False) -> bool:
@@ -48,7 +48,7 @@ def unrolled(order: int, degree: int | None = None, separate_rows: bool = False)
     `rows_max_order` for rows of their own, and up to
     `unroll_low_degree_max_order` where the factor's degree is at most
     `unroll_max_degree` (a coefficient then sums a few terms: linear in the order)."""
-    p = policy()
+    p = _policy.current()
     limit = p.loop_unroll_max_order if in_loop_body() else p.unroll_max_order
     if order <= limit or (separate_rows and order <= p.rows_max_order):
         return True
@@ -63,7 +63,7 @@ def unrolled(order: int, degree: int | None = None, separate_rows: bool = False)
 # blocks, so the body is the whole program: its size does not depend on the order.
 def recurrence_block() -> int:
     """Rows per step of a blocked recurrence (the policy's `recurrence_block`)."""
-    return policy().recurrence_block
+    return _policy.current().recurrence_block
 
 
 def _blocked_rows(
@@ -196,7 +196,7 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
     shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
     dtype = jnp.result_type(a, b)
     if (
-        order >= policy().reciprocal_min_order
+        order >= _policy.current().reciprocal_min_order
         and unrolled(order, degree_of(b))
         and degree_of(a) > degree_of(b)
         and not has_separate_rows(a)
@@ -462,7 +462,7 @@ def compose(x: Array, taylor_coeffs: Array, order: int) -> Array:
     """
     dtype = jnp.result_type(x, taylor_coeffs)
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(taylor_coeffs)[1:])
-    if order <= policy().rows_max_order:
+    if order <= _policy.current().rows_max_order:
         return _compose_rows(x, taylor_coeffs, order, shape, dtype)
     x = pad_degree(x, order)
     x = jnp.broadcast_to(x, (order + 1,) + shape).astype(dtype)

@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .. import _policy
+from .._pass import in_loop_body
 from ._coeffs import Array, degree_of, orders, pad_degree, pad_degree_low
-from ._state import in_loop_body, policy
 
 
 def with_primal(c: Array, primal: Array) -> Array:
@@ -89,7 +90,7 @@ def with_known_rows(stacked: Array, rows: list[Array]) -> Array:
 def fused_concat_max_operands() -> int:
     """How many rows a stack may have and still be fused into its readers (the policy's
     `fused_concat_max_operands`: XLA:CPU's limit on a fused concatenate)."""
-    return policy().fused_concat_max_operands
+    return _policy.current().fused_concat_max_operands
 
 
 def leading_rows(c: Array, count: int) -> Array:
@@ -128,7 +129,7 @@ def known_rows(c: Array) -> list[Array] | None:
     whole is then never built. In loop bodies only up to the policy's `loop_rows_max_order`
     (`in_loop_body`).
     """
-    if in_loop_body() and degree_of(c) > policy().loop_rows_max_order:
+    if in_loop_body() and degree_of(c) > _policy.current().loop_rows_max_order:
         return None
     return _ROW_LISTS.get(id(c)) if has_separate_rows(c) else None
 
@@ -136,7 +137,7 @@ def known_rows(c: Array) -> list[Array] | None:
 def rows_wanted(order: int) -> bool:
     """Whether closed forms and powers of `order` are built row by row (`known_rows`):
     up to the policy's `rows_max_order`, and in loop bodies up to `loop_rows_max_order`."""
-    p = policy()
+    p = _policy.current()
     limit = p.loop_rows_max_order if in_loop_body() else p.rows_max_order
     return order <= limit
 
