@@ -312,6 +312,63 @@ def test_no_import_cycles():
     assert not stale, _stale("KNOWN_CYCLES", stale)
 
 
+# The layers of docs/ARCHITECTURE.md, bottom first: a module imports only from its own
+# layer or those below (packages by prefix; every module of the package is in one layer).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # JAX internals, counting, the pass's state and the emission policy.
+    (
+        "taylax._compat",
+        "taylax._count",
+        "taylax._version",
+        "taylax._argtypes",
+        "taylax._pass",
+        "taylax._policy",
+        "taylax._once",
+        "taylax._one_kernel",
+    ),
+    # Building blocks: series arithmetic; program tracing and caches; the primitives that
+    # wrap a pass (chunks of points, the float32 fallback).
+    ("taylax._series", "taylax._programs", "taylax._chunks", "taylax._fallback"),
+    # Jaxpr tools that know nothing of series: the optimizer, the compile diagnostics.
+    ("taylax._optimize", "taylax._diagnostics"),
+    # The interpreter: a jaxpr evaluated on series, the rule table.
+    ("taylax._elementwise", "taylax._interpret"),
+    # The Taylor rules, one module per primitive family.
+    ("taylax._rules",),
+    # What users call: taylor/derivatives/jet, derivative/jacfwd, operators, coverage.
+    (
+        "taylax._api",
+        "taylax._derivative",
+        "taylax._emitted",
+        "taylax._collapsed",
+        "taylax._biharmonic",
+        "taylax._operators",
+        "taylax._coverage",
+    ),
+    # The package's face and the command line.
+    ("taylax", "taylax.cli", "taylax._demo"),
+)
+
+
+def _layer(module: str) -> int:
+    for i, layer in enumerate(LAYERS):
+        for prefix in layer:
+            if module == prefix or (prefix != "taylax" and module.startswith(prefix + ".")):
+                return i
+    raise AssertionError(f"{module} is in no layer of LAYERS: add it to one.")
+
+
+def test_imports_never_run_up_the_layers():
+    upward = sorted(
+        f"{importer} (layer {_layer(importer)}) imports {target} (layer {_layer(target)}) "
+        f"at line {line}"
+        for importer, targets in _graph().items()
+        for target, line in targets.items()
+        if _layer(target) > _layer(importer)
+    )
+    assert not upward, "imports up the layers:\n  " + "\n  ".join(upward)
+
+
 def test_no_module_over_max_lines():
     lengths = {
         module: len(text.splitlines()) for module, (_path, text) in _package_sources().items()
