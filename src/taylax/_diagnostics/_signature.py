@@ -147,8 +147,10 @@ def is_jax_internal(fun) -> bool:
 _TAYLAX_INTERNAL = (
     "taylax._api",
     "taylax._derivative",
+    "taylax._emitted",
     "taylax._interpret",
     "taylax._optimize",
+    "taylax._programs",
     "taylax._rules",
     "taylax._series",
 )
