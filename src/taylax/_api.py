@@ -61,7 +61,7 @@ def _output_stack(o: Series, aval, order: int):
     The primal stays the row it is in the pass instead of being split off and
     concatenated back: under `jax.vmap` the coefficient axis leads and the batch axis
     follows, and a concatenate of a primal batched at 0 with coefficients batched at 1
-    transposes the coefficients first (XLA:CPU ran that 1.7x slower at order 2).
+    transposes the coefficients first (docs/EMISSION.md, "Rows").
     """
     if o.is_constant or not jnp.issubdtype(aval.dtype, jnp.inexact):
         primal, coeffs = _output(o, aval, order)
@@ -131,9 +131,9 @@ def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exa
             c = _output_stack(o, v.aval, order)
             stacks.append(_to_derivatives(c, order, scale, exact, first=0) if inexact else c)
         else:
-            # Stacked first, then scaled (row 0 by `0! = 1`): a concatenate of the primal
-            # and the scaled rows ran 2.5x slower on XLA:CPU (float32, K = 24, 65,536
-            # points: 206 against 77 ms; `benchmarks/bench_float32.py`).
+            # Stacked first, then scaled (row 0 by `0! = 1`): one scaling of one stack,
+            # where a concatenate of the primal and the scaled rows was slower on XLA:CPU
+            # (docs/EMISSION.md, "float32 past order 12").
             p, c = _output(o, v.aval, order)
             c = lax.concatenate([p[None], c], 0)
             stacks.append(_to_derivatives(c, order, scale, exact, first=0) if inexact else c)
@@ -326,8 +326,8 @@ def _jet_pass(jaxpr, consts, primals, terms, order: int, scale: float | None, ex
             rows = [times_exact(r, q) for r, q in zip(rows, factors)]
         # Rows of their own (`known_rows`), as a line's seed has: products of two such
         # series sum row products rather than shifted stacks, which XLA:CPU fused into
-        # kernels that recomputed their operands (a chain of exp, cos and a division at
-        # K = 12: 341 against 8 ms; `benchmarks/bench_float32.py`).
+        # kernels that recomputed their operands (docs/EMISSION.md, "float32 past
+        # order 12").
         series.append(Series(stack_rows([p, *rows])))
     outs = eval_jaxpr_series(jaxpr, consts, series, order)
     pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]

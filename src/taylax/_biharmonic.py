@@ -108,7 +108,8 @@ def _packed_index(d: int) -> np.ndarray:
 
 def _hessian_times(h: Array, g: Array) -> Array:
     """`(H g)_a = sum_b H_ab g_b`: the packed entries gathered into the full matrix,
-    one fused kernel (by bands of shifted products it was two kernels per band)."""
+    one fused kernel, where shifted products band by band were kernels of their own
+    (docs/OPERATORS.md, "The biharmonic pass")."""
     return jnp.sum(h[_packed_index(g.shape[0])] * g[None], axis=1)
 
 
@@ -175,7 +176,7 @@ def _apply(x: Jet4, phi: Sequence[Array], primal) -> Jet4:
     outer = _outer(g) if has_g else None
     # `g . H g` as `<H, g g^T>` on the packed entries: where only `Q_y` is read (the last
     # nonlinearity before a linear output) no `H g` is left, whose gather filled a (d, d)
-    # buffer per point (tanh MLP, d = 16, batch 256: 58 -> 44 ms).
+    # buffer per point (docs/OPERATORS.md, "The biharmonic pass").
     u = _frobenius(h, outer, d) if has_g and has_h else None
     # A reduction over the leading axis: a tensordot with the band weights made XLA
     # transpose `h` for a dot.
@@ -275,9 +276,8 @@ def _linear(eqn, xs: Sequence[Jet4], mask, primals) -> list[Jet4]:
     After the first nonlinearity every quantity is `phi_k(z)` times rows that are the
     same at every point, so the second layer could be one GEMM of the points' `phi_k`
     with a fixed (width, rows * width) matrix instead of a GEMM of the scaled rows. That
-    ran slower (tanh MLP, d = 16, batch 256: 47.5 against 43.9 ms): the wide GEMM took
-    14.5 ms against 12.5, and its fixed matrix 3.8 ms per call, more than the 6.4 ms of
-    scaled rows it saved.
+    ran slower: the wide GEMM and the reads of its fixed matrix on every call cost more
+    than the scaled rows it saved (docs/OPERATORS.md, "The biharmonic pass").
     """
     mapped = []
     for i in range(4):

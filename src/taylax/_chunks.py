@@ -1,22 +1,22 @@
 """Large batches of Taylor passes in chunks of points.
 
 Under `jax.vmap`, a Taylor pass over `N` points writes each value it keeps in a buffer
-(`taylax._series.computed_once`) as an `N`-point array. At a million points and order 8
-a chain of exponentials and quotients keeps about 18 of them: 150 MB of temporaries,
-which glibc serves as fresh `mmap` blocks, so every page faults again on every call,
-and no row of a recurrence is still in cache when the next row reads it. Run in chunks
-of the policy's `chunk_points` points (fewer past its `high_order`; a loop,
-`jax.lax.scan`), the same program keeps its buffers in cache and reuses them from chunk
-to chunk.
+(`taylax._series.computed_once`) as an `N`-point array. At a million points a chain
+of exponentials and quotients keeps temporaries far larger than the caches, which glibc
+serves as fresh `mmap` blocks, so every page faults again on every call, and no row of
+a recurrence is still in cache when the next row reads it. Run in chunks of the
+policy's `chunk_points` points (fewer past its `high_order`; a loop, `jax.lax.scan`),
+the same program keeps its buffers in cache and reuses them from chunk to chunk.
 
 `taylax.derivatives` and `taylax.taylor` call their pass through `chunked_call_p` when
 their inputs are being batched; its batching rule, which sees the batch size, picks
-the loop or the plain vmap. Chunks pay a loop and a copy of each chunk's output: a pass
-that keeps few buffers (`0.3 sin(t) t^10` keeps 2) ran 1.5-2x slower in chunks, so the
+the loop or the plain vmap. Chunks pay a loop and a copy of each chunk's output, more
+than they save for a pass that keeps few buffers (`0.3 sin(t) t^10` keeps 2), so the
 loop is taken only where the buffers are large (`chunked_min_bytes`) and many
 (`chunked_min_buffers`), and only where the policy has `point_chunks` (XLA:CPU). Past
-order 8 the rows of the pass's stacked outputs count as buffers as well
-(`_output_row_buffers`). The figures are in docs/EMISSION.md ("Chunks of points").
+the policy's `fused_concat_max_operands` the rows of the pass's stacked outputs count as
+buffers as well (`_output_row_buffers`). The figures are in docs/EMISSION.md
+("Chunks").
 
 Differentiated itself (a `jax.jvp` or `jax.grad` inside the `vmap`), the primitive is the
 plain pass: its JVP is the pass's own, so reverse mode transposes ordinary JAX
@@ -119,15 +119,13 @@ def _chunk_points(points: int, program: PointProgram) -> tuple[int, bool] | None
     count, per_point = buffered_bytes(equations)
     rows, row_bytes = _output_row_buffers(program.closed, max(orders, default=0), p)
     if rows:
-        # Rows written one buffer each fault from fewer bytes: `0.3 sin(t) t^10` at
-        # K = 9-12 over 262,144 points (21-27 MiB) ran 0.28-0.36x the time in chunks; the
-        # damped wave and the growth chain at K = 9-12 over 131,072 points 0.88-1.03x.
+        # Rows written one buffer each, freshly allocated, fault from fewer bytes than
+        # the pass's own buffers (docs/EMISSION.md, "Chunks").
         count, per_point = count + rows, per_point + row_bytes
         min_bytes = min(min_bytes, p.output_rows_min_bytes)
     if p.chunk_max_bytes is not None:
         # Chunks whose buffers outgrow the cache gain little from the loop: halve them
-        # (a chain keeping 52 buffers at K = 16, 34 MiB over 65,536 points, ran in
-        # 0.45x the time in chunks of 8,192: docs/EMISSION.md, "Chunks of points").
+        # (docs/EMISSION.md, "The log1p chain at K = 16").
         while size > p.high_order_chunk_points and per_point * size > p.chunk_max_bytes:
             size //= 2
     if points < 2 * size or count < p.chunked_min_buffers or per_point * points < min_bytes:
@@ -141,7 +139,7 @@ def _output_row_buffers(closed, order: int, policy) -> tuple[int, int]:
 
     Past the policy's `fused_concat_max_operands` rows XLA:CPU computes each row of a
     stack as a kernel of its own and copies them into the stack, a fresh buffer per row
-    (docs/EMISSION.md, "Chunks of points").
+    (docs/EMISSION.md, "Chunks").
     """
     if order <= policy.fused_concat_max_operands:
         return 0, 0
@@ -191,12 +189,9 @@ def _in_chunks(one_chunk: Callable, args: list, points: int, size: int, through_
     `through_cond`: each chunk's outputs leave the loop's body through a conditional
     whose predicate XLA cannot evaluate (a chunk's index is never negative). Without it
     XLA fused the last kernel of a high-order pass into the in-place update that stacks
-    the chunks, which it emitted about 10x slower than the same kernel alone: the damped
-    wave at K = 32, 65,536 points, in chunks of 8,192 took 75 ms through `jax.lax.map`
-    (69 of them in that kernel) and 12.6 ms with the conditional, against 33.5 ms as one
-    vmap. At K = 16 the conditional's copy of each chunk cost more than it saved: the
-    damped wave and the growth chain at 1,048,576 points ran 1.01-1.22x the time without
-    it (one process, interleaved, /tmp/w/ab_final.py, 2026-11-25).
+    the chunks, and emitted that fused kernel far slower than the kernel alone. At lower
+    orders the conditional's copy of each chunk costs more than it saves, so only
+    high-order passes take it (docs/EMISSION.md, "Chunks").
     """
     full = points // size
 

@@ -88,8 +88,9 @@ def _new_top(t: Array, weights, summed: bool) -> Array:
 
     `weights` is None (every weight 1), a float (every weight that number) or an array
     `(D,)`. A float carries an operator's constant factor (the Laplacian's `2 = 2!`)
-    into the pass: as a multiply of the output it was a kernel of its own, which
-    XLA:CPU took 8-10 ms to compile (about a tenth of a d = 8 Laplacian's first call).
+    into the pass, where it meets the `1/2` of `y_2 = g''/2`: as a multiply of the
+    output it was a kernel of its own, with a compile of its own on every first call
+    (docs/OPERATORS.md, "Collapsed passes").
     """
     if not summed:
         return t
@@ -295,8 +296,9 @@ def _general(eqn, xs, primals, order: int, weights, summed: bool) -> list[Collap
 # expression per order, shared by every direction. Past this, nested jvp grows
 # exponentially and the engine's closed forms take over. The precision is then JAX's
 # (tanh' = 1 - tanh^2 loses relative accuracy where tanh saturates, as in jax.hessian
-# and folx); the engine's stacked closed forms (1 / cosh^2) cost 2x the compile time
-# here, because XLA:CPU copies their producers into every row's kernel.
+# and folx); the engine's stacked closed forms (1 / cosh^2) compile slower here, because
+# XLA:CPU copies their producers into every row's kernel (docs/OPERATORS.md,
+# "Collapsed passes").
 _JVP_MAX_ORDER = 2
 
 

@@ -129,10 +129,9 @@ def _collection_paused():
     """Pause Python's cyclic garbage collector, restoring its previous state on exit.
 
     Lowering a derivative traces its Taylor pass, which allocates many short-lived objects
-    while JAX's caches keep a large heap alive, so generation-2 collections land inside it.
-    Measured on the k = 9 recursion (fresh processes, 4 interleaved pairs): lowering took
-    0.28 s paused against 0.35 s. Reference counting still frees everything acyclic at once;
-    cycles wait for the next collection after the lowering.
+    while JAX's caches keep a large heap alive, so generation-2 collections land inside it
+    and walk that heap (docs/DERIVATIVES.md). Reference counting still frees everything
+    acyclic at once; cycles wait for the next collection after the lowering.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -264,7 +263,7 @@ def _shifted(a: Series, n: int, order: int, scale: float = 1.0, direction: float
         return ks.times_exact(coeffs[n:], ratios)
     if n == 0:
         # No shift: a slice, which XLA does not copy. (The identity as a product would
-        # cost a dot kernel per level, about a quarter of a jitted recursion's compile.)
+        # cost a dot kernel per level, each compiled: docs/DERIVATIVES.md.)
         return coeffs
     m = np.arange(order + 1)
     ratio = np.array([math.perm(n + k, n) for k in m], dtype=np.float64)  # (n+m)!/m!
@@ -483,7 +482,8 @@ def _wraps(wrapper: Callable, fun: Callable) -> Callable:
     """`functools.wraps` without `__wrapped__`, with `fun`'s signature computed once.
 
     With `__wrapped__`, `inspect.signature` (which `jax.jit` calls) walks the whole chain
-    of `jax.jit(derivative(jax.jit(derivative(...))))`, and its work grew 4x per level.
+    of `jax.jit(derivative(jax.jit(derivative(...))))` at every level, so its work grows
+    geometrically with the depth (docs/DERIVATIVES.md).
     """
     for name in ("__module__", "__name__", "__qualname__", "__doc__"):
         try:

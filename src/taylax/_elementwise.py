@@ -4,9 +4,10 @@ A Taylor pass of order 1 is forward mode: coefficient 1 of `y = g(x)` is `g'(x_0
 which is what `jax.jvp` of `g` computes. For an elementwise `g` JAX's rule is one small
 expression that XLA fuses with its neighbours, whereas the engine's closed forms along
 a line stack their coefficients (`_series.along_line`): at order 1, with directions
-known only at run time, that stack is a (points, 2) array under `vmap`, and
-`sqrt(1 + t^2) exp(sin t)` compiled to six kernels that ran 2.1x nested jvp's time at
-65,536 points and 5x at 1,048,576. Through `jax.jvp` it is one kernel.
+known only at run time, that stack is a (points, 2) array under `vmap`, which XLA
+writes and reads back in kernels of their own. Through `jax.jvp` a chain such as
+`sqrt(1 + t^2) exp(sin t)` is one kernel (docs/EMISSION.md, "Order 1, and equations
+only their primals reach").
 """
 
 from __future__ import annotations

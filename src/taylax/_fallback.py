@@ -5,12 +5,12 @@
 (`taylax._series.derivative_scale`) and take an order from a second, unscaled pass only
 where the stretched one is not finite (`merged`). Most calls never need the second pass,
 so `fallback_p` runs it under `lax.cond` on whether every stretched derivative is
-finite: one pass's time where it is not needed (float32 chains at orders 13-32 ran 2-4x
-one pass's time with both passes always run; `benchmarks/bench_float32.py`).
+finite: one pass's time where it is not needed, instead of both passes and their
+merge on every call (docs/EMISSION.md, "float32 past order 12").
 
 A primitive rather than a plain `lax.cond`, for `jax.vmap`: a batched `lax.cond` sees
-one predicate per point and becomes a select after both passes, which ran 4x slower
-than the unconditional merge (a float32 chain at order 32, 65,536 points).
+one predicate per point and becomes a select after both passes, slower even than the
+unconditional merge (same section).
 `fallback_p`'s batching rule asks one question for the whole batch (or for each chunk
 of points, inside `taylax._chunks`): the second pass runs, batched, when any point
 needs it, and each point keeps its own merge. Differentiated, the primitive is the
@@ -68,8 +68,8 @@ def _conditional(scaled: list, operands: list, unscaled: Callable, first: int, a
     inexact = _inexact(scaled)
     rows = (slice(None),) * axis + (slice(first, None),)
     # `x * 0` is 0 where `x` is finite and NaN where not: one sum says whether all are,
-    # and XLA:CPU reduces a sum faster than a conjunction of `isfinite` (at K = 32 the
-    # check took 7 of 44 ms with `isfinite`, under the noise with the sum).
+    # and XLA:CPU reduces a sum faster than a conjunction of `isfinite`
+    # (docs/EMISSION.md, "float32 past order 12").
     # Over whole stacks, the primal's row too (a non-finite primal only runs the second
     # pass for nothing): a slice of the rows had XLA compute the stack twice.
     finite = jnp.isfinite(sum(_nan_sum(scaled[i]) for i in inexact))

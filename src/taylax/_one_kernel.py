@@ -6,17 +6,9 @@ of a point together. Where that loop holds only products, sums and `sin`/`cos` o
 primal, LLVM vectorizes it across points and evaluates each `sin` and `cos` once per
 point, as it does for nested `jax.jvp`. Such a pass needs no value marked
 `computed_once`: a mark would cost a buffer, a second kernel, and one `exp(i x)` in
-place of the vectorized pair.
-
-Measured (2 CPUs, float64, `jax.jit(jax.vmap(taylax.derivatives(f, K)))`, one process
-with nested jvp under `vmap`, 30 interleaved rounds; /tmp/w/pf.py, 2026-11-26): at
-K = 4 over 65,536 points `0.3 sin(t) t^10` took 0.35 ms in one kernel against 0.39 ms
-marked (nested jvp 0.35 ms), `sin(cos(t) t)` 0.65 against 0.81 ms (0.63 ms), and
-`sin(t)^2 + cos(2t) t` 0.68 against 0.74 ms (0.68 ms). The same one kernel with an
-exponential, a division or `cosh` in it was not vectorized, and ran 1.2-2.7x the
-marked passes' time (the damped wave and growth chains of
-`benchmarks/bench_batched.py`, `exp(sin t) t^3`, `cosh(0.3 t) cos(2t) + t^2`,
-`cos t / (2 + sin t)`): those passes keep their marks.
+place of the vectorized pair. With an exponential, a division or `cosh` in it the same
+one kernel is not vectorized, and is slower than the marked pass: those passes keep
+their marks (docs/EMISSION.md, "Values computed once").
 """
 
 from __future__ import annotations
@@ -53,8 +45,9 @@ def fits_one_kernel(jaxpr: _compat.Jaxpr, order: int) -> bool:
 
     True for a function from scalars to one real scalar built from sums, products,
     integer powers, `sin` and `cos` (through nested `jax.jit` too), at orders 1 to
-    the policy's `one_kernel_max_order` (on XLA:CPU a stack of at most 8 rows is one fused
-    concatenate, and past order 4 passes mark every value they keep).
+    the policy's `one_kernel_max_order` (on XLA:CPU a stack of at most
+    `fused_concat_max_operands` rows is one fused concatenate, and past
+    `unmarked_max_order` passes mark every value they keep).
     """
     max_order = _policy.for_pass(jaxpr, order).one_kernel_max_order
     if not 1 <= order <= max_order or len(jaxpr.outvars) != 1:

@@ -47,10 +47,13 @@ class EmissionPolicy:
     - `unroll_max_order`: recurrences up to this order run unrolled, one coefficient at a
       time (straight-line code, O(K^2) equations); past it, a `lax.fori_loop` over
       blocks of `recurrence_block` coefficients (O(1) equations in K).
-    - `unroll_max_degree`, `unroll_low_degree_max_order`: unrolled up to the second
-      order too when the known factor has at most the first degree (O(K) equations).
+    - `unroll_max_degree`, `unroll_low_degree_max_order`: recurrences whose known
+      factor has degree at most `unroll_max_degree` run unrolled up to
+      `unroll_low_degree_max_order` too (a coefficient sums that few terms: O(K)
+      equations).
     - `loop_unroll_max_order`: the same bound inside the body of a `while` or `scan`,
-      which runs its kernels once per step (a larger body compiled 2-3x longer).
+      which runs its kernels once per step, so a larger body costs compile time and
+      buys little (docs/EMISSION.md, "Recurrences unrolled to order 16").
     - `reciprocal_min_order`: from this order a stacked numerator over a low-degree
       denominator is a product with the reciprocal (the numerator read once, not one
       column per row).

@@ -47,7 +47,7 @@ def _is_splat_broadcast(eqn) -> bool:
 
 
 # Correctly rounded IEEE operations give the same bits in NumPy as in XLA, without the
-# cost of compiling an eager XLA kernel per primitive (tens of ms each, the first time).
+# cost of compiling an eager XLA kernel per primitive the first time it is folded.
 _NUMPY_ARITHMETIC = {
     "add": np.add,
     "sub": np.subtract,

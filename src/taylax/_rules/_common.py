@@ -116,9 +116,10 @@ def weighted_sum(xs: Sequence[Series], weights: Sequence, primal) -> Series:
 
 # Elementwise rules whose recurrences sweep the whole (order+1, *shape) state once
 # per coefficient are memory-bound on large arrays. On XLA:CPU, running them on chunks
-# of the elements that fit in cache (one `lax.map`) is several times faster; the
-# policy's `element_chunk` is the target number of stacked elements per chunk (None on
-# platforms where the loop only serializes the work, as on GPUs).
+# of the elements that fit in cache (one `lax.map`) keeps the state in cache from one
+# coefficient to the next (docs/EMISSION.md, "Chunks"); the policy's `element_chunk` is
+# the target number of stacked elements per chunk (None on platforms where the loop
+# only serializes the work, as on GPUs).
 def chunk_size(order: int, element_chunk: int) -> int:
     target = max(64, element_chunk // (order + 1))
     return 1 << (target.bit_length() - 1)

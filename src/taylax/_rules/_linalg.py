@@ -2,7 +2,7 @@
 
 With one constant operand they are linear (one batched call, or one per row); with two
 series operands the Cauchy product is one call per pair of rows for large products up to
-degree 8, else one batched call over a Toeplitz table.
+the policy's `pair_dots_max_degree`, else one batched call over a Toeplitz table.
 """
 
 from __future__ import annotations
@@ -88,13 +88,9 @@ def _row_dots(a: Series, b: Series, degree: int, dimension_numbers, params) -> A
 
     The rows of a series are often separate buffers (one per row of a recurrence): a
     single dot over the stack first copies them into one, which costs once a row no
-    longer fits in cache. Together with the tanh rule's unmarked rows for row-by-row
-    readers, tanh MLPs (float64, 2-core CPU, one process each, minima of 40-60
-    interleaved calls of `taylax.derivatives(f, K)(x, v)`), time against one dot, at
-    K = 4 / 8, by row size (batch x width):
-    128 x 2048: 0.92 / 0.86; 256 x 1024: 0.94 / 0.87; 64 x 4096: 0.84 / 0.89 (2 MiB rows);
-    128 x 1024: 0.97 / 1.05; 512 x 256: 1.03 / 1.04 (1 MiB); 128 x 512: 1.19 / 1.34;
-    64 x 256: 1.10 / 1.27 (a dot kernel per row costs more than the copy it saves).
+    longer fits in cache. For small rows a dot kernel per row costs more than the copy
+    it saves, hence the policy's `row_dots_min_bytes` (docs/EMISSION.md, "Products of
+    series matrices").
     """
     rows = []
     for k in range(degree + 1):

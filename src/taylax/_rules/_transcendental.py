@@ -152,8 +152,8 @@ def sin_cos(x0):
     than the rest of the arithmetic. `ks.computed_once` makes XLA compute them once.
 
     Both come from one marked `exp(i x0) = cos x0 + i sin x0`: in one expression LLVM
-    evaluates them with one `sincos` (65,536 float64 points on XLA:CPU: 0.31 ms, against
-    0.24 ms for each alone), and one kernel writes both. XLA's complex `exp` of a purely
+    evaluates them with one `sincos`, at little more than the cost of one, and one kernel
+    writes both (docs/EMISSION.md, "Values computed once"). XLA's complex `exp` of a purely
     imaginary argument is its real `cos` and `sin`, bit for bit (`exp(0)` is exactly 1).
     A pass that compiles into one kernel (`ks.one_kernel_pass`) needs no mark: there
     LLVM vectorizes `sin` and `cos` across points and evaluates each once.
@@ -257,8 +257,8 @@ def _polynomial_line_rows(table: np.ndarray, kind: str, x0, y0, scale: float):
     """`_polynomial_line` row by row (`ks.known_rows`): row k is `g(y0) P_k(y0) scale^k`,
     `P_k` by Horner's rule with number coefficients. Readers take each row's few
     products fused; as one stacked expression XLA built the stack and read tanh and the
-    slope from buffers of their own (tanh along a direction at order 1: three kernels
-    where nested jvp has one)."""
+    slope from buffers of their own, kernels that nested jvp does not have
+    (docs/EMISSION.md, "Rows")."""
     slope = _riccati_factor(kind, x0, y0)
     rows = [y0]
     for k in range(1, table.shape[0]):
@@ -279,8 +279,8 @@ def _logistic(order, x, **params):
     """The Riccati recurrence at unrolled orders (`ks.logistic`: one logistic more for
     an accurate slope, where `(1 + tanh(x / 2)) / 2` took a tanh, an exponential and a
     division besides the logistic itself, and stacked tanh's closed form along a line
-    with selects: a silu MLP ran 3.9x nested jvp's time at order 1); past them, and
-    for complex values, `(1 + tanh(x / 2)) / 2`."""
+    with selects; docs/EMISSION.md, "Recurrences"); past them, and for complex values,
+    `(1 + tanh(x / 2)) / 2`."""
     y0 = lax.logistic(x.primal)
     if ks.unrolled(order) and not jnp.iscomplexobj(y0):
         rows_once = not read_row_by_row()

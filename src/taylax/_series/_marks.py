@@ -56,7 +56,8 @@ def shielded(x: Array) -> Array:
 
     XLA rewrites `(a / b) / c` into `a / (b c)` and `c / (a / b)` into `(c b) / a`,
     which moves a `computed_once` value's own computation (`a`) into the dividing
-    kernel: `cos t / (2 + sin t)` computed cos twice, 1.3-1.4x slower at orders 2-8.
+    kernel, so it is computed twice (`cos t / (2 + sin t)`: docs/EMISSION.md, "Values
+    computed once").
     A product with `opaque_one` (exactly 1) is not a division; it alone is copied into
     the reader (for complex values part by part: `inf * (1 + 0j)` has a nan part). Other
     values are returned as they are; where the value is lowered unmarked, so is this.

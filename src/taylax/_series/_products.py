@@ -66,9 +66,9 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
     if degree <= product_rows_max_order(by_rows or separate):
         # A padded operand under vmap is a (N, 2K+1) array whose pad XLA:CPU fuses with
         # its producer into a slow kernel, and the shifted slices of the coefficient axis
-        # are the minor axis. Rows read the operands' coefficients directly. Rows against
-        # the shifted sum at orders 2-8 (three elementwise chains, N = 4,096 to 1M, one
-        # process): 0.57-0.95x; at order 12 0.42-1.1x, at 16 1.0-1.6x, hence the bound.
+        # are the minor axis. Rows read the operands' coefficients directly, at the cost
+        # of O(K^2) products in the program, hence a bound on the order
+        # (docs/EMISSION.md, "Rows").
         shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
         return stack_rows_as(cauchy_rows(a, b, degree), shape, jnp.result_type(a, b))
     if a.ndim == 1 and _policy.current().scalar_products_as_dots:
@@ -85,10 +85,9 @@ def shifted_sum(row: Callable[[int], Array], terms: int, c: Array, degree: int) 
     unit axis. The shifts are slices of one zero-padded copy of `c`:
     `s^i c = padded[n-i : n-i+degree+1]`.
 
-    Under `vmap` XLA:CPU writes that copy as an (N, 2K+1) buffer (the damped wave at
-    K = 32 and 1M points: 180 of about 600 ms per call under the profiler). A pad of a
-    slice per term instead ran no faster (36.2 against 33.3 ms at 65,536 points, 622
-    against 601 ms at 1M).
+    Under `vmap` XLA:CPU writes that copy as an (N, 2K+1) buffer, a sizeable part of a
+    high-order pass's time; a pad of a slice per term instead ran no faster
+    (docs/EMISSION.md, "Rows").
     """
     n = terms - 1
     pads = [(n, max(0, degree - degree_of(c)), 0)] + [(0, 0, 0)] * (c.ndim - 1)

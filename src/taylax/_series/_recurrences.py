@@ -203,17 +203,13 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
     ):
         # Row k of the recurrence reads a_k: under vmap a column of the stacked `a`, one
         # pass over all of it per row, unless `a`'s rows are buffers or closed forms of
-        # their own (`has_separate_rows`; cos(3t) over 1 + t^2 at N = 65,536, orders
-        # 12 / 16 / 24 / 32, one process: 0.56 / 0.21 / 0.22 / 0.64x this form, and
-        # 0.23 / 0.30x for exp(-t^2/2) cos(3t) at 12 / 16 with the product as rows,
-        # `rows_max_order`). `a * (1/b)` reads `a` once: the reciprocal's rows
-        # come from b's few coefficients, the product is one kernel. Against the product
-        # with the reciprocal stacked by selects (cos(3t), exp(sin t), exp(-t^2/2) cos(3t)
-        # over 1 + t^2 and sqrt(1 + t^2) sin(t) over 2 + t, orders 12-32, N = 4,096 /
-        # 65,536, one process): 0.25-0.90x. `a` is computed once first, marked with ones
-        # of its own shape: XLA then keeps it in a buffer. Marked with per-point ones, a
-        # product `a` was fused into the pad (or into every row of a stacked form): 2-9x
-        # slower at orders 12-32.
+        # their own (`has_separate_rows`: then the recurrence below reads them).
+        # `a * (1/b)` reads `a` once: the reciprocal's rows come from b's few
+        # coefficients, the product is one kernel, not a stack built by selects. `a` is
+        # computed once first, marked with ones of its own shape: XLA then keeps it in a
+        # buffer, where per-point ones let a product `a` fuse into the pad (or into every
+        # row of a stacked form). Figures: docs/EMISSION.md, "Recurrences unrolled to
+        # order 16".
         b0 = lax.index_in_dim(b, 0, keepdims=False).astype(dtype)
         reciprocal = _divide_rows(jnp.ones((1,) + shape, dtype), b, order, None, shape, dtype)
         a = a.astype(dtype)
@@ -258,7 +254,7 @@ def _divide_rows(a: Array, b: Array, order: int, q0, shape, dtype) -> list[Array
     # fuses a reciprocal `1 / b` into its readers. At orders where nothing is marked
     # (`_once.unmarked_at_any_size`) the recurrence reads `a_0 (1 / b_0)`, and the
     # exact `a_0 / b_0` is only the primal row: the whole quotient is then one kernel
-    # (the damped wave at order 2, 1,048,576 points: 6.3 ms against 11.0 ms).
+    # (docs/EMISSION.md, "Values computed once").
     q0_read = q[0]
     if _once.unmarked_at_any_size(pass_order()) and a_rows[0] is not None:
         q0_read = shielded(a_rows[0]) * reciprocal
@@ -334,9 +330,9 @@ def square_root(x: Array, y0: Array, order: int) -> Array:
     """`y = sqrt(x)` from `y^2 = x`: `y_k = (x_k - sum_{0<i<k} y_i y_{k-i}) / (2 y_0)`.
 
     The sum is folded by its symmetry, about k/2 products for row k where `power`'s
-    recurrence takes k: for a series of full degree (`sqrt(1 + tanh(log1p t^2))` at
-    K = 16: 304 against about 100 products). Over a polynomial of low degree `power`
-    sums fewer (min(k, degree) terms), so callers keep it there. Unrolled only (`unrolled`).
+    recurrence takes k, for a series of full degree (docs/EMISSION.md, "The log1p chain
+    at K = 16"). Over a polynomial of low degree `power` sums fewer (min(k, degree)
+    terms), so callers keep it there. Unrolled only (`unrolled`).
     """
     dtype = jnp.result_type(x, y0)
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(y0))
@@ -422,7 +418,7 @@ def _riccati(x: Array, y0, slope, linear: float, order: int, rows_once: bool) ->
     `rows_once=False` leaves the rows past 0 unmarked, for readers that take each row
     as its own buffer (a matmul per row): XLA then fuses each row's few products with
     its neighbours. Read as one stack instead, unmarked rows are recomputed in every
-    later row (1.7-6x slower tanh chains at K = 4 / 8).
+    later row (docs/EMISSION.md, "Recurrences").
     """
     dtype = jnp.result_type(x, y0)
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(y0))
@@ -445,9 +441,8 @@ def _riccati(x: Array, y0, slope, linear: float, order: int, rows_once: bool) ->
             total = (2 * ys[0] - linear) * ys[k] if linear else 2 * ys[0] * ys[k]
             for part in (square, middle):
                 total = total if part is None else total + part
-            # Not computed once: a few products that XLA fuses into the next row. As
-            # buffers they made a tanh MLP (width 128, batch 2048) 1.1-1.75x slower at
-            # K = 4, by run (one process, interleaved: 14.8 -> 13.7 ms).
+            # Not computed once: a few products that XLA fuses into the next row, cheaper
+            # than a buffer written and read back (docs/EMISSION.md, "Recurrences").
             zs.append(-total)
     return stack_rows_as(ys, shape, dtype)
 
@@ -487,8 +482,7 @@ def _compose_rows(x: Array, taylor_coeffs: Array, order: int, shape, dtype) -> A
 
     About order^3 / 6 products of rows that XLA fuses. The loop's Toeplitz table is a
     batched matmul, a reduce-window and transposes under `vmap`, where `lax.cond` runs
-    both branches: `(2 + sin t) ** 2.5` at order 8 over 65,536 points spent 60 of its
-    70 ms there.
+    both branches, and those took most of a pass's time (docs/EMISSION.md, "Rows").
     """
     deltas = [None] + rows_of(x.astype(dtype), order + 1)[1:]
     ds = rows_of(jnp.asarray(taylor_coeffs, dtype), order + 1)
