@@ -16,7 +16,7 @@ from reference import (
     nested_jvp_derivatives,
     xla_cpu_only,
 )
-from taylax import _series as ks
+from taylax import _series
 from taylax._count import count_equations
 from taylax._pass import read_row_by_row
 
@@ -396,7 +396,7 @@ _ROWS_BOUND = taylax.CPU.rows_max_order
 )
 def test_a_division_reads_its_numerator_row_by_row(use, order, expected):
     # What makes a product over a low-degree series (exp(-t^2/2) cos(3t) / (1 + t^2))
-    # give its rows as buffers of their own above the unrolled orders (`ks.cauchy`).
+    # give its rows as buffers of their own above the unrolled orders (`_series.cauchy`).
     seen = _told_read_row_by_row(
         f"taylax_test_division_reads_rows_{order}_{id(use)}",
         lambda p: lambda t: use(p.bind(jnp.sin(t)), t),
@@ -404,7 +404,7 @@ def test_a_division_reads_its_numerator_row_by_row(use, order, expected):
         0.3,
     )
     # Off XLA:CPU products past `OFF_CPU_PRODUCT_ROWS_MAX_ORDER` are shifted sums, read whole.
-    assert seen == [expected and order <= ks.product_rows_max_order()]
+    assert seen == [expected and order <= _series.product_rows_max_order()]
 
 
 LOW_ORDER_CHAINS = {

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import taylax
-from taylax import _once, _series as ks
+from taylax import _once, _series
 
 # Marks are lowered by the CPU policy's bounds, whatever the backend.
 pytestmark = pytest.mark.usefixtures("cpu_policy")
@@ -16,7 +16,7 @@ LARGE = taylax.CPU.unmarked_min_bytes // 8  # float64 values: the smallest unmar
 
 def _marked(kind="once", pass_order=taylax.CPU.unmarked_max_order):
     def fn(x):
-        return _once.mark(x, ks.opaque_one(x), kind=kind, pass_order=pass_order)
+        return _once.mark(x, _series.opaque_one(x), kind=kind, pass_order=pass_order)
 
     return fn
 

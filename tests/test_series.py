@@ -6,6 +6,7 @@ takes the closed form along a line. Composing it after an inner function
 recurrences (push-form loops, composition, chunking).
 """
 
+import contextlib
 import math
 import re
 
@@ -23,8 +24,9 @@ from reference import (
     nested_jvp_derivatives,
     xla_cpu_only,
 )
-from taylax import _api as taylax_api, _series as ks
+from taylax import _programs, _series
 from taylax._count import count_equations
+from taylax._rules import _control
 
 # These tests pin the programs the CPU policy emits, whatever the backend.
 pytestmark = pytest.mark.usefixtures("cpu_policy")
@@ -188,7 +190,7 @@ def _summed_exps_mp(t):
 @pytest.mark.parametrize("order", [12, taylax.CPU.rows_max_order])
 def test_products_and_divisions_in_rows_match_mpmath(order, x0):
     # Factors with rows of their own (a recurrence's, a closed form's): the product is
-    # row sums and the division reads them one per coefficient (`ks.has_separate_rows`).
+    # row sums and the division reads them one per coefficient (`_series.has_separate_rows`).
     def exp_mp(t):
         return mpmath.exp(-(t**2) / 2)
 
@@ -197,7 +199,7 @@ def test_products_and_divisions_in_rows_match_mpmath(order, x0):
     )
 
     # A stacked factor: read only by the division, the product is still row sums
-    # (`ks.cauchy(by_rows=True)`); read elsewhere too, one shifted sum, and the division
+    # (`_series.cauchy(by_rows=True)`); read elsewhere too, one shifted sum, and the division
     # multiplies it by the reciprocal's rows.
     def read_once(t):
         return jnp.exp(-(t**2) / 2) * _summed_exps(t) / (1 + t**2)
@@ -216,7 +218,7 @@ def test_products_and_divisions_in_rows_match_mpmath(order, x0):
         order,
     )
 
-    if order > ks.product_rows_max_order():
+    if order > _series.product_rows_max_order():
         return  # products past order 4 are shifted sums off XLA:CPU (tested below)
 
     def shifted_sums(f):  # the (2K+1)-row pad of a shifted sum's operand
@@ -230,7 +232,7 @@ def test_products_and_divisions_in_rows_match_mpmath(order, x0):
 
 @pytest.mark.parametrize("order", [6, 8, 12, taylax.CPU.rows_max_order])
 def test_products_past_the_unrolled_orders_are_shifted_sums_off_xla_cpu(order):
-    # `ks.product_rows_max_order`: row sums up to `rows_max_order` under the CPU policy;
+    # `_series.product_rows_max_order`: row sums up to `rows_max_order` under the CPU policy;
     # under the GPU's (measured on an H200) one shifted sum past its
     # `product_rows_max_order`, and the division no longer asks its numerator for rows.
     # The coefficients do not change. Programs are cached per policy.
@@ -239,7 +241,7 @@ def test_products_past_the_unrolled_orders_are_shifted_sums_off_xla_cpu(order):
 
     def shifted_sums(policy):  # the (2K+1)-row pad of a shifted sum's operand
         with taylax.emission_policy(policy):
-            assert ks.product_rows_max_order() == policy.product_rows_max_order
+            assert _series.product_rows_max_order() == policy.product_rows_max_order
             jaxpr = jax.make_jaxpr(taylax.derivatives(f, order))(0.3)
         return [e for e in all_equations(jaxpr) if e.outvars[0].aval.shape == (2 * order + 1,)]
 
@@ -255,7 +257,7 @@ def test_products_past_the_unrolled_orders_are_shifted_sums_off_xla_cpu(order):
 
 @pytest.mark.parametrize("order", [12, 24])
 def test_full_numerator_over_low_degree_denominator_complex_matches_mpmath(order):
-    # Above order 8 a closed-form numerator is read one row per coefficient (`ks.divide`).
+    # Above order 8 a closed-form numerator is read one row per coefficient (`_series.divide`).
     assert_matches_mpmath(*LOW_DEGREE["cos(3t)/(1+t^2)"], 0.4 + 0.3j, order)
 
 
@@ -378,21 +380,21 @@ def test_compose_rows_match_the_loop(order):
     x = jnp.asarray(rng.normal(size=(loop_order + 1, 3)))
     x = x.at[0].set(jnp.asarray([0.0, 0.5, -1.0]))
     d = jnp.asarray(rng.normal(size=(loop_order + 1, 3))).at[5:, 0].set(jnp.inf)
-    rows = ks.compose(x[: order + 1], d[: order + 1], order)
-    loop = ks.compose(x, d, loop_order)[: order + 1]
+    rows = _series.compose(x[: order + 1], d[: order + 1], order)
+    loop = _series.compose(x, d, loop_order)[: order + 1]
     np.testing.assert_allclose(rows, loop, rtol=1e-13, atol=1e-13)
     assert np.isnan(rows[order, 0]) == np.isnan(loop[order, 0])
-    assert ks.has_separate_rows(rows) and not ks.has_separate_rows(loop)
+    assert _series.has_separate_rows(rows) and not _series.has_separate_rows(loop)
 
 
 def test_powers_are_exact_products():
     x = jnp.array([0.0, -2.0, 0.5, 3.0])
     for order in (0, 1, 2, 5, 8, 13):
         want = np.stack([np.asarray(x) ** k for k in range(order + 1)])
-        np.testing.assert_allclose(ks.powers(x, order), want, rtol=1e-15)
+        np.testing.assert_allclose(_series.powers(x, order), want, rtol=1e-15)
     with np.errstate(divide="ignore"):
         want = np.stack([np.asarray(x) ** -float(k) for k in range(6)])
-    np.testing.assert_allclose(ks.powers(x, 5, sign=-1), want, rtol=1e-15)
+    np.testing.assert_allclose(_series.powers(x, 5, sign=-1), want, rtol=1e-15)
 
 
 @pytest.mark.parametrize("p", [10, 3, 0, -1, -4])
@@ -400,7 +402,7 @@ def test_integer_exponent_powers_match_pow(p):
     # x0^(p-m) for m = 0..order; at 0 the negative exponents are inf, as pow gives.
     x0 = jnp.array([0.0, -1.5, 0.7, 2.0])
     order = 6
-    got = ks.integer_exponent_powers(x0, p, order)
+    got = _series.integer_exponent_powers(x0, p, order)
     want = jax.lax.pow(jnp.broadcast_to(x0, (order + 1, 4)), (p - jnp.arange(order + 1.0))[:, None])
     np.testing.assert_allclose(got, want, rtol=1e-14)
 
@@ -409,7 +411,7 @@ def test_cauchy_matches_polynomial_product():
     a = np.array([1.0, 2.0, -1.0, 0.5, 3.0])
     b = np.array([0.5, -1.0, 4.0])
     want = np.convolve(a, b)[:6]
-    got = ks.cauchy(jnp.asarray(a), jnp.asarray(b), 5)
+    got = _series.cauchy(jnp.asarray(a), jnp.asarray(b), 5)
     np.testing.assert_allclose(got, want, rtol=1e-14)
 
 
@@ -426,7 +428,7 @@ def test_cauchy_row_and_shifted_sum_forms_match_convolution(order, dtype):
 
     for da, db in [(order, order), (1, order), (order, 2), (order + 3, order)]:
         a, b = series(da), series(db)
-        got = ks.cauchy(jnp.asarray(a), jnp.asarray(b), order)
+        got = _series.cauchy(jnp.asarray(a), jnp.asarray(b), order)
         want = np.stack([np.convolve(a[:, n], b[:, n])[: order + 1] for n in range(3)], axis=1)
         assert got.shape == (min(da + db, order) + 1, 3)
         np.testing.assert_allclose(got, want[: got.shape[0]], rtol=1e-13, atol=1e-13)
@@ -435,17 +437,17 @@ def test_cauchy_row_and_shifted_sum_forms_match_convolution(order, dtype):
 def test_divide_inverts_cauchy():
     a = jnp.array([1.0, 2.0, -1.0, 0.5, 3.0, 1.0])
     b = jnp.array([2.0, -1.0, 0.25, 0.0, 1.0, -2.0])
-    q = ks.divide(a, b, 5)
-    np.testing.assert_allclose(ks.cauchy(q, b, 5), a, rtol=1e-13, atol=1e-13)
+    q = _series.divide(a, b, 5)
+    np.testing.assert_allclose(_series.cauchy(q, b, 5), a, rtol=1e-13, atol=1e-13)
 
 
 def test_degrees_are_tracked():
     seed = taylax.Series(jnp.array([1.0, 1.0]))
     assert seed.degree == 1
     assert taylax.Series.constant(3.0).degree == 0
-    square = ks.cauchy(seed.coeffs, seed.coeffs, 10)
-    assert ks.degree_of(square) == 2
-    assert ks.degree_of(ks.cauchy(square, square, 3)) == 3
+    square = _series.cauchy(seed.coeffs, seed.coeffs, 10)
+    assert _series.degree_of(square) == 2
+    assert _series.degree_of(_series.cauchy(square, square, 3)) == 3
 
 
 # What XLA makes of the emitted programs, pinned by the compiled HLO (deterministic for a
@@ -502,7 +504,7 @@ def test_low_degree_recurrences_run_unrolled_and_grow_linearly():
 
 def test_transcendentals_are_computed_once_per_element():
     # XLA:CPU copies cheap producers (real sin and cos) into every kernel that reads them;
-    # `ks.computed_once` keeps each to one evaluation per element, for all K+1 coefficients.
+    # `_series.computed_once` keeps each to one evaluation per element, for all K+1 coefficients.
     def f(t):
         return jnp.sin(t) * jnp.cos(2 * t) * jnp.exp(jnp.sin(t))
 
@@ -536,7 +538,7 @@ def test_closed_forms_reach_their_readers_as_rows(f):
     # concatenate along its minor axis, which XLA:CPU always materializes: a reader of
     # one row would read (and the program allocate) the whole stack. Closed forms along
     # the seed, powers, and sums, negations and constant multiples of them keep their
-    # rows (`ks.known_rows`), so only the output is stacked.
+    # rows (`_series.known_rows`), so only the output is stacked.
     order, points = 4, 256
     t = jnp.linspace(0.5, 1.5, points)
     hlo = _compiled_module(jax.vmap(taylax.derivatives(f, order)), t)
@@ -563,22 +565,23 @@ def test_loop_bodies_keep_linear_operations_on_stacks(monkeypatch):
     y0, v = jnp.array([0.4, -0.2]), jnp.array([0.7, -0.3])
 
     def kernels_and_value():
-        taylax_api._PROGRAMS.clear()  # trace the Taylor pass again
+        _programs._PROGRAMS.clear()  # trace the Taylor pass again
         fn = jax.jit(lambda y: taylax.derivatives(euler, 8)(y, v))
         return _most_kernels(fn.lower(y0).compile().as_text()), fn(y0)
 
     in_loops, value = kernels_and_value()
-    monkeypatch.setattr(ks, "in_loop_body", lambda: False)
+    # The loop's body traced as if it were not one (`taylax._pass.loop_body` never entered).
+    monkeypatch.setattr(_control, "loop_body", contextlib.nullcontext)
     stacked_rows, same_value = kernels_and_value()
-    taylax_api._PROGRAMS.clear()
+    _programs._PROGRAMS.clear()
     np.testing.assert_array_equal(value, same_value)
     assert in_loops < stacked_rows, (in_loops, stacked_rows)
 
 
 def test_divisions_keep_computed_once_values_once():
-    # XLA rewrites `(a / b) / c` into `a / (b c)`; a `ks.computed_once` value divided
+    # XLA rewrites `(a / b) / c` into `a / (b c)`; a `_series.computed_once` value divided
     # by (cos as the numerator here, the primal of the quotient) would be recomputed in
-    # the dividing kernel without `ks.shielded`.
+    # the dividing kernel without `_series.shielded`.
     def f(t):
         return jnp.cos(t) / (2 + jnp.sin(t)) + 1 / jnp.cos(t)
 
@@ -600,10 +603,10 @@ def test_shielded_values_are_unchanged(dtype):
     x = jnp.asarray(values, dtype)
 
     def once(x):
-        return ks.computed_once(x, ks.opaque_one(x))
+        return _series.computed_once(x, _series.opaque_one(x))
 
     before = np.asarray(jax.jit(once)(x))
-    after = np.asarray(jax.jit(lambda x: ks.shielded(once(x)))(x))
+    after = np.asarray(jax.jit(lambda x: _series.shielded(once(x)))(x))
     np.testing.assert_array_equal(after, before)
     assert np.array_equal(np.signbit(after.real), np.signbit(before.real))
     if dtype == jnp.float64:
@@ -616,17 +619,20 @@ def test_powers_by_rows_equal_the_stacked_ones():
     x = jnp.array([0.7, -1.3, 0.0, 2.5])
     low, high = taylax.CPU.rows_max_order, taylax.CPU.rows_max_order + 4
     for sign in (1, -1):
-        rows = ks.powers(x, low, sign)
-        assert ks.known_rows(rows) is not None and ks.known_rows(ks.powers(x, high, sign)) is None
-        np.testing.assert_array_equal(rows, ks.powers(x, high, sign)[: low + 1])
+        rows = _series.powers(x, low, sign)
+        assert (
+            _series.known_rows(rows) is not None
+            and _series.known_rows(_series.powers(x, high, sign)) is None
+        )
+        np.testing.assert_array_equal(rows, _series.powers(x, high, sign)[: low + 1])
     for p in (-3, 0, 2, 10):
-        rows = ks.integer_exponent_powers(x, p, low)
-        np.testing.assert_array_equal(rows, ks.integer_exponent_powers(x, p, high)[: low + 1])
+        rows = _series.integer_exponent_powers(x, p, low)
+        np.testing.assert_array_equal(rows, _series.integer_exponent_powers(x, p, high)[: low + 1])
         # The binomials by rows are exact integers rounded once (`binomials` multiplies
         # rounded ratios above): within an ulp or two.
         np.testing.assert_allclose(
-            ks.exp_like_power_coeffs(p, x, low),
-            ks.exp_like_power_coeffs(p, x, high)[: low + 1],
+            _series.exp_like_power_coeffs(p, x, low),
+            _series.exp_like_power_coeffs(p, x, high)[: low + 1],
             rtol=4 * np.finfo(np.float64).eps,
         )
 
@@ -649,7 +655,7 @@ def test_constant_direction_needs_no_cumulative_product():
 def test_product_is_a_shifted_sum_linear_in_the_degree():
     def product_jaxpr(degree):
         a = jnp.ones((degree + 1, 8))
-        return jax.make_jaxpr(lambda a, b: ks.cauchy(a, b, degree))(a, a)
+        return jax.make_jaxpr(lambda a, b: _series.cauchy(a, b, degree))(a, a)
 
     # Above order 8 (rows below it: at most 45 products, a bounded cost).
     small, large = product_jaxpr(16), product_jaxpr(32)
@@ -664,7 +670,7 @@ def test_product_is_a_shifted_sum_linear_in_the_degree():
 def test_exponent_coefficients_for_concrete_non_integer_or_complex_exponents(p):
     # Only a real integer-valued exponent takes the product path; anything else uses pow.
     x0 = jnp.array([0.7 + 0.2j, 1.3 - 0.4j])
-    got = ks.exp_like_power_coeffs(np.asarray(p, np.complex128), x0, 4)
+    got = _series.exp_like_power_coeffs(np.asarray(p, np.complex128), x0, 4)
     falling = np.cumprod([1.0] + [p - j for j in range(4)])
     want = (falling / [math.factorial(m) for m in range(5)])[:, None]
     steps = (jnp.asarray(p, jnp.complex128) - jnp.arange(5.0))[:, None]
@@ -684,33 +690,33 @@ def test_times_exact_applies_factors_outside_the_dtype_range():
     factors = [Fraction(2) ** 140, Fraction(math.factorial(40)) / 2**100]
     want = [1e-30 * 2.0**140, -3e-30 * math.factorial(40) / 2**100]
     # Jitted: XLA would fold two constant multiplications into one out-of-range constant.
-    got = jax.jit(lambda x: ks.times_exact(x, factors))(x)
+    got = jax.jit(lambda x: _series.times_exact(x, factors))(x)
     np.testing.assert_allclose(got, want, rtol=2e-7)
-    np.testing.assert_array_equal(ks.times_exact(jnp.zeros(2, jnp.float32), factors), [0, 0])
+    np.testing.assert_array_equal(_series.times_exact(jnp.zeros(2, jnp.float32), factors), [0, 0])
 
 
 def test_inverse_factorials_and_binomials_stay_in_range():
     # 1/40! is below float32's range; 16^40/40! is not.
-    got = ks.inverse_factorials(40, 0, jnp.float32, 16.0)
+    got = _series.inverse_factorials(40, 0, jnp.float32, 16.0)
     want = [16.0**k / math.factorial(k) for k in range(41)]
     np.testing.assert_allclose(got, want, rtol=1e-7)
-    assert ks.inverse_factorials(40, 0, jnp.float32)[40] == 0  # a true underflow
+    assert _series.inverse_factorials(40, 0, jnp.float32)[40] == 0  # a true underflow
     # binom(1/2, m) up to m = 60 in float32: finite, where falling factorial / m! was nan.
-    got = ks.binomials(0.5, 60, (), jnp.float32)
+    got = _series.binomials(0.5, 60, (), jnp.float32)
     want = [1.0]
     for m in range(60):
         want.append(want[-1] * (0.5 - m) / (m + 1))
     np.testing.assert_allclose(got, want, rtol=1e-6)
-    assert np.all(np.isfinite(ks.factorials(200, 0, jnp.float64)[:171]))  # no OverflowError
+    assert np.all(np.isfinite(_series.factorials(200, 0, jnp.float64)[:171]))  # no OverflowError
 
 
 @pytest.mark.parametrize(
     "dtype, unscaled_up_to", [(jnp.float16, 3), (jnp.float32, 12), (jnp.float64, 57)]
 )
 def test_derivative_scale(dtype, unscaled_up_to):
-    assert ks.derivative_scale(unscaled_up_to, dtype) == 1.0
-    h = ks.derivative_scale(unscaled_up_to + 1, dtype)
+    assert _series.derivative_scale(unscaled_up_to, dtype) == 1.0
+    h = _series.derivative_scale(unscaled_up_to + 1, dtype)
     k = unscaled_up_to + 1
     np.testing.assert_allclose(h, math.factorial(k) ** (1 / k))
     # Capped so that the largest h^k/k! (about e^h) stays representable.
-    assert ks.derivative_scale(2000, dtype) <= 0.9 * math.log(float(jnp.finfo(dtype).max))
+    assert _series.derivative_scale(2000, dtype) <= 0.9 * math.log(float(jnp.finfo(dtype).max))

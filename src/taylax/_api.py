@@ -12,7 +12,7 @@ import numpy as np
 from jax import lax
 
 from . import (
-    _chunks,
+    _point_chunks,
     _policy,
     _rules,  # noqa: F401  (registers the built-in rules)
 )
@@ -190,7 +190,7 @@ def _taylor_leaves(fun, order, x, v, kind, api, unit=False):
         result_tree[:] = [tree]
         return leaves
 
-    flat = _chunks.call(flat_program, [*consts, *x_leaves, *v_leaves])
+    flat = _point_chunks.call(flat_program, [*consts, *x_leaves, *v_leaves])
     return jax.tree.unflatten(result_tree[0], flat), out_tree
 
 

@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _series as ks
+from . import _series
 from ._collapsed import (
     Chain,
     chain_root,
@@ -264,7 +264,7 @@ def _link(eqn, values, only_elementwise_readers) -> Chain | None:
         elif x.is_constant:
             series.append(Series.constant(x.primal))
         else:  # the root itself: the unit seed, so closed forms along a line apply
-            series.append(Series(ks.unit_seed(x.primal)))
+            series.append(Series(_series.unit_seed(x.primal)))
     (y,) = checked_rule(eqn)(_ORDER, *series)
     return Chain(bind_one(eqn, [x.primal for x in values]), root, y)
 

@@ -161,7 +161,7 @@ def dce_rule(primitive):
 # The derivative primitive defines its own JVP, batching and lowering rules, which
 # live in these (public) interpreter modules.
 # Private: the tracer `jax.vmap` wraps values in. Taylor passes called on batched values
-# bind `taylax._chunks.chunked_call_p`, whose batching rule sees the batch size; the public
+# bind `taylax._point_chunks.chunked_call_p`, whose batching rule sees the batch size; the public
 # `jax.interpreters.batching` no longer exports the class.
 from jax._src.interpreters.batching import BatchTracer as BatchTracer  # noqa: E402
 from jax.interpreters import ad as ad, batching as batching, mlir as mlir  # noqa: E402

@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _compat, _policy, _rules, _series as ks  # noqa: F401  (_rules registers the built-in rules)
+from . import _compat, _policy, _rules, _series  # noqa: F401  (_rules registers the built-in rules)
 from ._interpret import (
     eval_jaxpr_series,
     register_rule,
@@ -77,7 +77,7 @@ def _scaled_coefficient(y: Series, n: int, scale: float):
         return jnp.zeros(y.shape, y.dtype)
     c = y.primal if n == 0 else y.coeffs[n]
     if scale != 1.0:
-        return ks.times_exact(c, Fraction(math.factorial(n)) / Fraction(scale) ** n)
+        return _series.times_exact(c, Fraction(math.factorial(n)) / Fraction(scale) ** n)
     return c * np.asarray(math.factorial(n), c.dtype) if n > 1 else c
 
 
@@ -234,11 +234,11 @@ def _unit_seed_series(
     One jitted Taylor pass per (sub-program, order), cached, so a sub-program
     reached from many places is traced once; the seed is built inside, where
     its direction is known to be exactly `h`: 1, or at high orders the power of two
-    `ks.derivative_scale` that keeps the coefficients in the dtype's range.
+    `_series.derivative_scale` that keeps the coefficients in the dtype's range.
     """
     order = max(order, _NEEDED_ORDER.get(sub, 0))
-    ks.check_order_for_dtype(order, jnp.result_type(t0), "taylax.derivative")
-    scale = ks.derivative_scale(order, jnp.result_type(t0))
+    _series.check_order_for_dtype(order, jnp.result_type(t0), "taylax.derivative")
+    scale = _series.derivative_scale(order, jnp.result_type(t0))
 
     def taylor_call(sub, *args):
         *consts, t0 = args
@@ -260,7 +260,7 @@ def _shifted(a: Series, n: int, order: int, scale: float = 1.0, direction: float
         # Exact rational ratios applied without leaving the dtype's range on the way.
         h, v = Fraction(scale), Fraction(direction)
         ratios = [Fraction(math.perm(n + m, n)) * v**m / h ** (n + m) for m in range(order + 1)]
-        return ks.times_exact(coeffs[n:], ratios)
+        return _series.times_exact(coeffs[n:], ratios)
     if n == 0:
         # No shift: a slice, which XLA does not copy. (The identity as a product would
         # cost a dot kernel per level, each compiled: docs/DERIVATIVES.md.)
@@ -301,7 +301,7 @@ def _evaluate_shared(
     a, scale = _unit_seed_series(sub, [c.primal for c in consts], t.primal, order + top)
     # A known direction (the enclosing pass's own scale, say) goes into the shift's
     # ratios: `f^(n+m)/m!` alone can leave the dtype's range where the product does not.
-    direction = ks.line_direction(t.coeffs) if t.degree == 1 else None
+    direction = _series.line_direction(t.coeffs) if t.degree == 1 else None
     if isinstance(direction, complex):
         direction = None
     result = []

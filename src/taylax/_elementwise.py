@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import _compat, _series as ks
+from . import _compat, _series
 from ._series import Series
 
 ELEMENTWISE = {
@@ -86,8 +86,8 @@ def first_order_by_jvp(eqn, series_in: Sequence[Series]) -> Series | None:
         return None
     tangents = []
     for i in varying:
-        row = ks.row(series_in[i].coeffs, 1)
+        row = _series.row(series_in[i].coeffs, 1)
         tangents.append(jnp.zeros_like(primals[i]) if row is None else row)
     g = of_varying(eqn, primals, varying)
     y0, y1 = jax.jvp(g, tuple(primals[i] for i in varying), tuple(tangents))
-    return Series(ks.stack_rows([y0, y1]))
+    return Series(_series.stack_rows([y0, y1]))

@@ -12,9 +12,9 @@ A primitive rather than a plain `lax.cond`, for `jax.vmap`: a batched `lax.cond`
 one predicate per point and becomes a select after both passes, slower even than the
 unconditional merge (same section).
 `fallback_p`'s batching rule asks one question for the whole batch (or for each chunk
-of points, inside `taylax._chunks`): the second pass runs, batched, when any point
+of points, inside `taylax._point_chunks`): the second pass runs, batched, when any point
 needs it, and each point keeps its own merge. Differentiated, the primitive is the
-plain conditional (as `taylax._chunks.chunked_call_p` is its pass), so reverse mode
+plain conditional (as `taylax._point_chunks.chunked_call_p` is its pass), so reverse mode
 transposes ordinary JAX operations; a Taylor pass over it runs the conditional too.
 """
 

@@ -78,7 +78,7 @@ class EmissionPolicy:
     - `element_chunk`: stacked elements per chunk when an elementwise recurrence in a
       loop runs chunk by chunk over its elements (`lax.map`); None never chunks.
     - `point_chunks`: whether a large `vmap` of a pass may run as a loop over chunks of
-      points (`taylax._chunks`, whose thresholds are `chunk_points` etc.);
+      points (`taylax._point_chunks`, whose thresholds are `chunk_points` etc.);
       `chunk_max_bytes`: chunks are halved (down to `high_order_chunk_points`) until
       their buffers fit in it; None keeps `chunk_points`.
 

@@ -246,7 +246,7 @@ def traced_value_error(api: str, err: Exception) -> TypeError:
     )
 
 
-def make_jaxpr(fun: Callable, api: str, *args) -> _compat.ClosedJaxpr:
+def make_jaxpr_explained(fun: Callable, api: str, *args) -> _compat.ClosedJaxpr:
     """`jax.make_jaxpr(fun)(*args)`, explaining a concretization error in terms of `api`."""
     try:
         return jax.make_jaxpr(fun)(*args)
@@ -264,7 +264,7 @@ def trace_scalar(fun: Callable, t, api: str):
         out_tree_box.append(tree)
         return leaves
 
-    closed = make_jaxpr(flat, api, t)
+    closed = make_jaxpr_explained(flat, api, t)
     sub, consts = _compat.consts_to_invars(closed)
     return sub, consts, out_tree_box[0]
 
@@ -293,7 +293,7 @@ def trace_leaves(fun: Callable, args: tuple, api: str):
         out_tree_box.append(out_tree)
         return out_leaves
 
-    closed = make_jaxpr(flat_fun, api, *flat_args)
+    closed = make_jaxpr_explained(flat_fun, api, *flat_args)
     return closed, out_tree_box[0]
 
 

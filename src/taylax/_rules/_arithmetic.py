@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _policy, _series as ks
+from .. import _policy, _series
 from .._interpret import register_rule, row_readers, taylor_rules
 from .._pass import read_row_by_row
 from .._series import Series
-from ._common import aligned, chunked, defconstant, defelementwise_linear, weighted_sum
+from ._common import aligned, defconstant, defelementwise_linear, over_element_chunks, weighted_sum
 
 for _p in (lax.add_p, lax.sub_p, lax.neg_p, lax.copy_p):
     defelementwise_linear(_p)
@@ -36,7 +36,7 @@ def _defsum(prim, negate_right: bool) -> None:
         top, flip = (x, False) if x.degree > y.degree else (y, negate_right)
         rest = lax.slice_in_dim(top.coeffs, low + 1, top.degree + 1)
         if top.shape != shape:
-            rest = jnp.broadcast_to(ks.lift(rest, len(shape)), rest.shape[:1] + shape)
+            rest = jnp.broadcast_to(_series.lift(rest, len(shape)), rest.shape[:1] + shape)
         rows = prim.bind(*aligned((x, y), low))
         return Series(jnp.concatenate([rows, -rest if flip else rest]))
 
@@ -54,40 +54,42 @@ def _reduce_precision(order, x, **params):
     del order
     if x.is_constant:
         return Series.constant(lax.reduce_precision_p.bind(x.primal, **params))
-    scale = ks.factorials(x.degree, len(x.shape), x.dtype).astype(x.dtype)
+    scale = _series.factorials(x.degree, len(x.shape), x.dtype).astype(x.dtype)
     return Series(lax.reduce_precision_p.bind(x.coeffs * scale, **params) / scale)
 
 
 # Affine arithmetic with concrete scalars keeps a line's direction known as a number
 # (`3 t + 1` from the seed `t`: direction 3), so closed forms along it multiply by
-# constants instead of computing powers of the direction (see `ks.along_line`).
+# constants instead of computing powers of the direction (see `_series.along_line`).
 
 
 def _direction(x: Series):
     """A series' constant direction: 0 for a constant, None when not known."""
     if x.is_constant:
         return 0
-    return ks.line_direction(x.coeffs) if x.degree == 1 else None
+    return _series.line_direction(x.coeffs) if x.degree == 1 else None
 
 
 def _marked(out: Series, direction) -> Series:
     if direction is not None and out.degree == 1:
-        ks.mark_line(out.coeffs, direction)
+        _series.mark_line(out.coeffs, direction)
     return out
 
 
 def _with_separate_rows(out: Series, xs) -> Series:
     """Mark `out`, an elementwise linear function of `xs`, as having rows of its own
-    (`ks.has_separate_rows`) when every input with a series has them: row k of the
+    (`_series.has_separate_rows`) when every input with a series has them: row k of the
     result reads only row k of each input."""
-    if not out.is_constant and all(x.is_constant or ks.has_separate_rows(x.coeffs) for x in xs):
-        ks.mark_separate_rows(out.coeffs)
+    if not out.is_constant and all(
+        x.is_constant or _series.has_separate_rows(x.coeffs) for x in xs
+    ):
+        _series.mark_separate_rows(out.coeffs)
     return out
 
 
 def _known_rows(x: Series) -> list | None:
-    """A series' rows when they are known (`ks.known_rows`; a constant's is its primal)."""
-    return [x.primal] if x.is_constant else ks.known_rows(x.coeffs)
+    """A series' rows when they are known (`_series.known_rows`; a constant's is its primal)."""
+    return [x.primal] if x.is_constant else _series.known_rows(x.coeffs)
 
 
 def by_rows(row_op, xs) -> Series | None:
@@ -102,7 +104,7 @@ def by_rows(row_op, xs) -> Series | None:
         return None
     count = max(len(r) for r in rows)
     out = [row_op(*(r[k] if k < len(r) else None for r in rows)) for k in range(count)]
-    return Series(ks.stack_rows(out))
+    return Series(_series.stack_rows(out))
 
 
 def _add_rows(a, b):
@@ -135,7 +137,7 @@ def _scaled_direction(x: Series, y: Series, scale):
     """The direction of `x op y` for a line `x` and a concrete scalar constant `y`."""
     if not y.is_constant:
         return None
-    d, c = _direction(x), ks.concrete_scalar(y.primal)
+    d, c = _direction(x), _series.concrete_scalar(y.primal)
     return None if d is None or c is None else scale(d, c)
 
 
@@ -151,12 +153,12 @@ def _convert_element_type(order, x, **params):
 
 def _stacked_pair(x: Series, y: Series):
     ndim = max(len(x.shape), len(y.shape))
-    return ks.lift(x.coeffs, ndim), ks.lift(y.coeffs, ndim)
+    return _series.lift(x.coeffs, ndim), _series.lift(y.coeffs, ndim)
 
 
 def _product(order, x, y, by_rows=False):
     a, b = _stacked_pair(x, y)
-    return Series(ks.cauchy(a, b, order, by_rows))
+    return Series(_series.cauchy(a, b, order, by_rows))
 
 
 @register_rule(lax.mul_p)
@@ -178,11 +180,11 @@ def _square(order, x, **params):
 
 def _quotient(order, x, y):
     a, b = _stacked_pair(x, y)
-    q0 = lax.div(ks.shielded(x.primal), ks.shielded(y.primal))
-    return Series(ks.divide(a, b, order, q0=q0))
+    q0 = lax.div(_series.shielded(x.primal), _series.shielded(y.primal))
+    return Series(_series.divide(a, b, order, q0=q0))
 
 
-_quotient_chunked = chunked(_quotient)
+_quotient_chunked = over_element_chunks(_quotient)
 
 
 @register_rule(lax.div_p)
@@ -191,17 +193,20 @@ def _div(order, x, y, **params):
     if not y.is_constant:
         return _quotient_chunked(order, x, y)
     direction = _scaled_direction(x, y, lambda d, c: d / c if c else None)
-    out = by_rows(lambda a, _: ks.shielded(a) / y.primal, (x, y))
+    out = by_rows(lambda a, _: _series.shielded(a) / y.primal, (x, y))
     return _marked(_quotient(order, x, y) if out is None else out, direction)
 
 
 def _div_reads_rows(eqn, operand: int, order: int, others_constant: bool) -> bool:
-    """A division reads its numerator one row per coefficient (`ks.divide`) when the
+    """A division reads its numerator one row per coefficient (`_series.divide`) when the
     numerator's rows are buffers of their own and the denominator is of low degree or
     has such rows too: a product read only here then gives its rows as such, at the
-    orders where `ks.product_rows_max_order` keeps rows for such products alone."""
+    orders where `_series.product_rows_max_order` keeps rows for such products alone."""
     del eqn, others_constant
-    return operand == 0 and ks.product_rows_max_order(False) < order <= ks.product_rows_max_order()
+    return (
+        operand == 0
+        and _series.product_rows_max_order(False) < order <= _series.product_rows_max_order()
+    )
 
 
 row_readers[lax.div_p] = _div_reads_rows
@@ -216,22 +221,22 @@ def integer_power(c, n: int, order: int):
     m = abs(n)
     while m:
         if m & 1:
-            result = base if result is None else ks.cauchy(result, base, order)
+            result = base if result is None else _series.cauchy(result, base, order)
         m >>= 1
         if m:
-            base = ks.cauchy(base, base, order)
+            base = _series.cauchy(base, base, order)
     if n < 0:
-        return ks.divide(jnp.ones_like(result[:1]), result, order)
+        return _series.divide(jnp.ones_like(result[:1]), result, order)
     return result
 
 
 def _pow_taylor_coeffs(p, x0, order: int, integer_exponent: bool):
     """`binom(p, m) x0^(p-m)`; integer-dtype exponents select exact zeros where the
     falling factorial vanishes, as JAX's pow jvp does for them."""
-    d = ks.exp_like_power_coeffs(p, x0, order)
+    d = _series.exp_like_power_coeffs(p, x0, order)
     if integer_exponent:
         shape = jnp.broadcast_shapes(jnp.shape(x0), jnp.shape(p))
-        binom = ks.binomials(p, order, shape, jnp.result_type(x0))
+        binom = _series.binomials(p, order, shape, jnp.result_type(x0))
         d = jnp.where(binom == 0, 0, d)
     return d
 
@@ -241,16 +246,16 @@ def power_line_coeffs(p, x0, primal, order: int, integer_exponent: bool = False)
     if isinstance(p, int) and p >= 0:
         # A polynomial of degree n: coefficients past n are known zeros (no 0 * inf),
         # and the short result keeps later products cheap.
-        d = ks.exp_like_power_coeffs(p, x0, min(int(p), order))
+        d = _series.exp_like_power_coeffs(p, x0, min(int(p), order))
     else:
         d = _pow_taylor_coeffs(p, x0, order, integer_exponent)
-    return ks.with_primal(d, primal)
+    return _series.with_primal(d, primal)
 
 
-@chunked
+@over_element_chunks
 def _integer_pow_general(order, x, *, y):
     out = integer_power(x.coeffs, y, order)
-    return Series(ks.with_primal(out, lax.integer_pow(x.primal, y)))
+    return Series(_series.with_primal(out, lax.integer_pow(x.primal, y)))
 
 
 @register_rule(lax.integer_pow_p)
@@ -258,31 +263,31 @@ def _integer_pow(order, x, *, y):
     if x.degree == 1:
         y0 = lax.integer_pow(x.primal, y)
         d = power_line_coeffs(int(y), x.primal, y0, order, integer_exponent=True)
-        return Series(ks.along_line(x.coeffs, d, order))
+        return Series(_series.along_line(x.coeffs, d, order))
     return _integer_pow_general(order, x, y=y)
 
 
 def _root_line_coeffs(p, x0, y0, order: int):
     """`binom(p, k) y0 / x0^k`: defined wherever the root is (cbrt of a negative number)."""
     shape, dtype = jnp.shape(x0), jnp.result_type(x0)
-    binom = ks.binomials(p, order, shape, dtype)
-    return binom * ks.powers(x0, order, sign=-1) * y0[None]
+    binom = _series.binomials(p, order, shape, dtype)
+    return binom * _series.powers(x0, order, sign=-1) * y0[None]
 
 
 def _root(prim, p):
-    @chunked
+    @over_element_chunks
     def general(order, x, **params):
         y0 = prim.bind(x.primal, **params)
-        if p == 0.5 and x.degree > _policy.current().unroll_max_degree and ks.unrolled(order):
-            # A series of full degree: the square's folded sum (`ks.square_root`).
-            return Series(ks.square_root(x.coeffs, y0, order))
-        return Series(ks.power(x.coeffs, p, y0, order))
+        if p == 0.5 and x.degree > _policy.current().unroll_max_degree and _series.unrolled(order):
+            # A series of full degree: the square's folded sum (`_series.square_root`).
+            return Series(_series.square_root(x.coeffs, y0, order))
+        return Series(_series.power(x.coeffs, p, y0, order))
 
     def rule(order, x, **params):
         if x.degree == 1:
             y0 = prim.bind(x.primal, **params)
             d = _root_line_coeffs(p, x.primal, y0, order)
-            return Series(ks.along_line(x.coeffs, ks.with_primal(d, y0), order))
+            return Series(_series.along_line(x.coeffs, _series.with_primal(d, y0), order))
         return general(order, x, **params)
 
     register_rule(prim)(rule)
@@ -300,17 +305,17 @@ def _power_series(c, p, y0, order: int, integer_exponent: bool = False):
     composition with `binom(p, m) x_0^(p-m)`, which reproduces nested jvp
     exactly there (zeros, then nan/inf past the order where the power stops
     being smooth). `x` keeps its own degree: over a polynomial of low degree both sum
-    a few terms per coefficient (`ks.unrolled`).
+    a few terms per coefficient (`_series.unrolled`).
     """
     c = c[: order + 1]
     x0 = c[0]
-    recurrence = ks.power(c, p, y0, order)
+    recurrence = _series.power(c, p, y0, order)
     if order == 0:
         return recurrence
 
     def composed():
         d = _pow_taylor_coeffs(p, x0, order, integer_exponent)
-        return ks.with_primal(ks.compose(c, d, order), y0)
+        return _series.with_primal(_series.compose(c, d, order), y0)
 
     any_zero = jnp.any(x0 == 0)
     return lax.cond(any_zero, composed, lambda: recurrence)
@@ -332,11 +337,11 @@ def _pow(order, x, y, **params):
             order,
             integer_exponent,
         )
-        return Series(ks.along_line(ks.lift(x.coeffs, len(jnp.shape(y0))), d, order))
+        return Series(_series.along_line(_series.lift(x.coeffs, len(jnp.shape(y0))), d, order))
     return _pow_general(order, x, y)
 
 
-@chunked
+@over_element_chunks
 def _pow_general(order, x, y):
     y0 = lax.pow(x.primal, y.primal)
     ndim = len(jnp.shape(y0))
@@ -344,7 +349,7 @@ def _pow_general(order, x, y):
         p = y.primal
         integer_exponent = jnp.issubdtype(jnp.result_type(p), np.integer)
         p = jnp.asarray(p).astype(x.dtype)
-        c = jnp.broadcast_to(ks.lift(x.coeffs, ndim), (x.degree + 1,) + jnp.shape(y0))
+        c = jnp.broadcast_to(_series.lift(x.coeffs, ndim), (x.degree + 1,) + jnp.shape(y0))
         return Series(_power_series(c, p, y0, order, integer_exponent))
     # x ** y = exp(y log x) when the exponent carries a series. For a constant base 0,
     # lax's jvp in y uses log(1) = 0 (`_replace_zero`): 0 ** y has zero derivatives in y,
@@ -354,9 +359,9 @@ def _pow_general(order, x, y):
         base = jnp.where(x.primal == 0, jnp.ones_like(x.primal), x.primal)
         log_x = lax.log(base)[None]
     else:
-        log_x = log_series(ks.lift(x.coeffs, ndim), lax.log(x.primal), order)
-    z = ks.cauchy(ks.lift(y.coeffs, ndim), ks.lift(log_x, ndim), order)
-    (out,) = ks.linear_ode(z, [y0], [[1]], order)
+        log_x = log_series(_series.lift(x.coeffs, ndim), lax.log(x.primal), order)
+    z = _series.cauchy(_series.lift(y.coeffs, ndim), _series.lift(log_x, ndim), order)
+    (out,) = _series.linear_ode(z, [y0], [[1]], order)
     return Series(out)
 
 
@@ -364,11 +369,11 @@ def log_series(c, y0, order: int):
     """`log(x)`: `y' = x' / x`.
 
     `x` keeps its own degree: over a polynomial of low degree (`log(1 + t^2)`) the
-    division sums a few terms per coefficient (`ks.unrolled`), where a zero-padded
+    division sums a few terms per coefficient (`_series.unrolled`), where a zero-padded
     divisor would sum k (docs/EMISSION.md, "The log1p chain at K = 16")."""
     c = c[: order + 1]
-    g = ks.divide(ks.derivative_series(c), c[:order], order - 1)
-    return ks.integrate(g, y0, order)
+    g = _series.divide(_series.derivative_series(c), c[:order], order - 1)
+    return _series.integrate(g, y0, order)
 
 
 def _balanced_eq(x, z, y):
@@ -412,11 +417,11 @@ def _select_n(order, which, *cases, **params):
     return Series(lax.select_n(pred, *stacked))
 
 
-@chunked
+@over_element_chunks
 def _complex_abs(order, x):
     re, im = lax.real(x.coeffs), lax.imag(x.coeffs)
-    s = ks.cauchy(re, re, order) + ks.cauchy(im, im, order)
-    return Series(ks.power(s, 0.5, lax.abs(x.primal), order))
+    s = _series.cauchy(re, re, order) + _series.cauchy(im, im, order)
+    return Series(_series.power(s, 0.5, lax.abs(x.primal), order))
 
 
 @register_rule(lax.abs_p)
@@ -425,7 +430,7 @@ def _abs(order, x, **params):
         return _complex_abs(order, x)
     # Real abs is linear with a sign fixed by the primal (lax's jvp: +1 at 0).
     sign = jnp.where(x.primal >= 0, 1, -1).astype(x.dtype)
-    return Series(ks.with_primal(x.coeffs * sign[None], lax.abs(x.primal)))
+    return Series(_series.with_primal(x.coeffs * sign[None], lax.abs(x.primal)))
 
 
 @register_rule(lax.rem_p)

@@ -125,7 +125,7 @@ def chunk_size(order: int, element_chunk: int) -> int:
     return 1 << (target.bit_length() - 1)
 
 
-def chunked(rule):
+def over_element_chunks(rule):
     """Run an elementwise rule chunk by chunk over its elements when they are many.
 
     The rule must treat every element independently (no reductions across

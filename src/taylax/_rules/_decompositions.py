@@ -28,7 +28,7 @@ import numpy as np
 from jax import lax
 from jax.lax import linalg as lax_linalg
 
-from .. import _compat, _series as ks
+from .. import _compat, _series
 from .._interpret import eval_jaxpr_series, register_rule
 from .._series import Series
 
@@ -78,7 +78,7 @@ def _over_batch(fn, nbatch: int, in_axes):
 
 def _window(y, k, order: int):
     """`w[i] = y_{k-i}` for `i <= k` and 0 beyond (`y` stacked to `order`, `k` traced)."""
-    return ks.slice_rows(ks.reversed_window_source(y, order), order - k, order + 1)
+    return _series.slice_rows(_series.reversed_window_source(y, order), order - k, order + 1)
 
 
 def _conv_at(spec: str, x, y, k, order: int):
@@ -92,11 +92,11 @@ def _conv_at(spec: str, x, y, k, order: int):
 
 def _weighted(y, order: int):
     """`j y_j`, stacked (the series of `s y'`)."""
-    return y * ks.orders(order, y.ndim - 1, y.dtype)
+    return y * _series.orders(order, y.ndim - 1, y.dtype)
 
 
 def _full(x: Series, order: int):
-    return ks.pad_degree(x.coeffs, order)
+    return _series.pad_degree(x.coeffs, order)
 
 
 # --------------------------------------------------------------------------
@@ -112,21 +112,21 @@ def _solve_series(x0s, bs, solve0, tail, degree: int, order: int):
     per leaf, `[M_1 x, ..., M_degree x]` stacked. Once `x_m` is known its
     contributions to every later coefficient are added to an accumulator.
     """
-    xs = [ks.fresh(x0, order, x0.dtype) for x0 in x0s]
+    xs = [_series.fresh(x0, order, x0.dtype) for x0 in x0s]
     accs = [jnp.zeros((order + 1 + degree,) + x0.shape, x0.dtype) for x0 in x0s]
 
     def body(k, carry):
         xs, accs = carry
-        parts = tail([ks.get_coeff(x, k - 1) for x in xs])
+        parts = tail([_series.get_coeff(x, k - 1) for x in xs])
         new_accs = []
         for acc, part in zip(accs, parts):
-            window = ks.slice_rows(acc, k, degree) + part.astype(acc.dtype)
+            window = _series.slice_rows(acc, k, degree) + part.astype(acc.dtype)
             new_accs.append(lax.dynamic_update_slice(acc, window, [k] + [0] * (acc.ndim - 1)))
-        rhs = [ks.get_coeff(b, k) - ks.get_coeff(acc, k) for b, acc in zip(bs, new_accs)]
+        rhs = [_series.get_coeff(b, k) - _series.get_coeff(acc, k) for b, acc in zip(bs, new_accs)]
         new = solve0(rhs)
-        return [ks.set_coeff(x, xk, k) for x, xk in zip(xs, new)], new_accs
+        return [_series.set_coeff(x, xk, k) for x, xk in zip(xs, new)], new_accs
 
-    return ks.fori(order, body, (xs, accs))[0]
+    return _series.fori(order, body, (xs, accs))[0]
 
 
 def _triangular_op(a, *, lower, transpose_a, conjugate_a, unit_diagonal):
@@ -177,7 +177,7 @@ def _tridiagonal_solve(order, dl, d, du, b, **params):
     if all(x.is_constant for x in diags):  # linear in b
         return Series(jax.vmap(lambda bk: solve0([bk])[0])(b.coeffs))
     degree = max(x.degree for x in diags)
-    tails = [ks.pad_degree(x.coeffs, degree)[1:] for x in diags]
+    tails = [_series.pad_degree(x.coeffs, degree)[1:] for x in diags]
 
     def tail(xm):
         return [_tridiagonal_product(*tails, xm[0][None])]
@@ -205,7 +205,7 @@ def _custom_linear_solve(order, *args, const_lengths, jaxprs):
     if all(c.is_constant for c in matvec_consts):
         # A constant operator: linear in b, one batched solve over the coefficients.
         degree = max(b.degree for b in bs)
-        stacked = [ks.pad_degree(b.coeffs, degree) for b in bs]
+        stacked = [_series.pad_degree(b.coeffs, degree) for b in bs]
         xs = jax.vmap(solve0)(stacked)
     else:
         matvec = jaxprs.matvec
@@ -221,7 +221,7 @@ def _custom_linear_solve(order, *args, const_lengths, jaxprs):
 
         full_bs = [_full(b, order) for b in bs]
         xs = _solve_series(x0s, full_bs, solve0, tail, order, order)
-    result = [Series(ks.with_primal(x, x0)) for x, x0 in zip(xs, x0s)]
+    result = [Series(_series.with_primal(x, x0)) for x, x0 in zip(xs, x0s)]
     return result + [Series.constant(a) for a in aux]
 
 
@@ -238,14 +238,14 @@ def _phi(w):
 
 def _cholesky_kernel(a, l0, *, order):
     def body(k, l):
-        r = ks.get_coeff(a, k) - _conv_at("jab,jcb->ac", l, jnp.conj(l), k, order)
+        r = _series.get_coeff(a, k) - _conv_at("jab,jcb->ac", l, jnp.conj(l), k, order)
         tmp = lax_linalg.triangular_solve(
             l0, r, left_side=False, lower=True, transpose_a=True, conjugate_a=True
         )
         w = lax_linalg.triangular_solve(l0, tmp, left_side=True, lower=True)
-        return ks.set_coeff(l, _mm(l0, _phi(w)), k)
+        return _series.set_coeff(l, _mm(l0, _phi(w)), k)
 
-    return ks.fori(order, body, ks.fresh(l0, order, a.dtype))
+    return _series.fori(order, body, _series.fresh(l0, order, a.dtype))
 
 
 @register_rule(lax_linalg.cholesky_p)
@@ -282,12 +282,12 @@ def _lu_kernel(a, lu0, perm, *, order):
     def body(k, lu):
         lower = jnp.tril(lu[:, :, :kk], -1) + unit  # L_j, with L_0's unit diagonal
         upper = jnp.triu(lu[:, :kk, :])
-        r = ks.get_coeff(a, k) - _conv_at("jab,jbc->ac", lower, upper, k, order)
+        r = _series.get_coeff(a, k) - _conv_at("jab,jbc->ac", lower, upper, k, order)
         la = lax_linalg.triangular_solve(l0, r, left_side=True, lower=True, unit_diagonal=True)
         w = lax_linalg.triangular_solve(u0, la, left_side=False, lower=False)
-        return ks.set_coeff(lu, _mm(l0, jnp.tril(w, -1)) + _mm(jnp.triu(w), u0), k)
+        return _series.set_coeff(lu, _mm(l0, jnp.tril(w, -1)) + _mm(jnp.triu(w), u0), k)
 
-    return ks.fori(order, body, ks.fresh(lu0, order, a.dtype))
+    return _series.fori(order, body, _series.fresh(lu0, order, a.dtype))
 
 
 @register_rule(lax_linalg.lu_p)
@@ -311,7 +311,7 @@ def _qr_kernel(a, q0, r0, *, order):
 
     def body(k, carry):
         q, r = carry
-        p = ks.get_coeff(a, k) - _conv_at("jab,jbc->ac", q, r, k, order)
+        p = _series.get_coeff(a, k) - _conv_at("jab,jbc->ac", q, r, k, order)
         s = _conv_at("jba,jbc->ac", jnp.conj(q), q, k, order)
         p_rinv = lax_linalg.triangular_solve(r0, p, left_side=False, lower=False)
         c = _mm(_h(q0), p_rinv)
@@ -325,18 +325,20 @@ def _qr_kernel(a, q0, r0, *, order):
         if not real:
             y = y + _diag_matrix(1j * jnp.imag(_diag(c)))
         x = c - y
-        q = ks.set_coeff(q, p_rinv - _mm(q0, x), k)
-        return q, ks.set_coeff(r, _mm(jnp.triu(x), r0), k)
+        q = _series.set_coeff(q, p_rinv - _mm(q0, x), k)
+        return q, _series.set_coeff(r, _mm(jnp.triu(x), r0), k)
 
-    return ks.fori(order, body, (ks.fresh(q0, order, a.dtype), ks.fresh(r0, order, a.dtype)))
+    return _series.fori(
+        order, body, (_series.fresh(q0, order, a.dtype), _series.fresh(r0, order, a.dtype))
+    )
 
 
 def _qr_wide_kernel(a, q0, r0, *, order):
     """m < n: the square block gives Q and R_1; R_2 = Q^H A_2."""
     m = q0.shape[-1]
     q, r1 = _qr_kernel(a[:, :, :m], q0, r0[:, :m], order=order)
-    r2 = ks.cauchy_bilinear(lambda x, y: _mm(_h(x), y), q, a[:, :, m:], order)
-    r2 = ks.with_primal(ks.pad_degree(r2, order), r0[:, m:])
+    r2 = _series.cauchy_bilinear(lambda x, y: _mm(_h(x), y), q, a[:, :, m:], order)
+    r2 = _series.with_primal(_series.pad_degree(r2, order), r0[:, m:])
     return q, jnp.concatenate([r1, r2], axis=-1)
 
 
@@ -379,7 +381,7 @@ def _reciprocal_gaps(w, dtype):
 def _transport_diagonal(u, k, order):
     """The diagonal of `U_k` that keeps `diag(U^H U') = 0` (parallel transport)."""
     acc = _conv_at("jca,jca->a", jnp.conj(u), _weighted(u, order), k, order)
-    return -acc / lax.convert_element_type(k, ks.real_dtype(u.dtype))
+    return -acc / lax.convert_element_type(k, _series.real_dtype(u.dtype))
 
 
 def _eigh_kernel(a, v0, w0, *, order):
@@ -393,10 +395,10 @@ def _eigh_kernel(a, v0, w0, *, order):
         t = _conv_at("jab,jbc->ac", b, u, k, order) - _conv_at("jab,jb->ab", u, w, k, order)
         u_k = gaps * t + _diag_matrix(_transport_diagonal(u, k, order))
         w_k = jnp.real(_diag(t)).astype(dtype)
-        return ks.set_coeff(u, u_k, k), ks.set_coeff(w, w_k, k)
+        return _series.set_coeff(u, u_k, k), _series.set_coeff(w, w_k, k)
 
-    init = (ks.fresh(_eye(n, dtype), order, dtype), ks.fresh(w0, order, dtype))
-    u, w = ks.fori(order, body, init)
+    init = (_series.fresh(_eye(n, dtype), order, dtype), _series.fresh(w0, order, dtype))
+    u, w = _series.fori(order, body, init)
     return _mm(v0[None], u), jnp.real(w).astype(w0.dtype)
 
 
@@ -449,15 +451,19 @@ def _eig_kernel(a, v0, w0, *, order):
         u_k = gaps * t + _diag_matrix(c)
         v_k = particular + v0 * c[None, :]
         w_k = _diag(t)
-        return ks.set_coeff(u, u_k, k), ks.set_coeff(v, v_k, k), ks.set_coeff(w, w_k, k)
+        return (
+            _series.set_coeff(u, u_k, k),
+            _series.set_coeff(v, v_k, k),
+            _series.set_coeff(w, w_k, k),
+        )
 
     n = w0.shape[-1]
     init = (
-        ks.fresh(_eye(n, dtype), order, dtype),
-        ks.fresh(v0, order, dtype),
-        ks.fresh(w0, order, dtype),
+        _series.fresh(_eye(n, dtype), order, dtype),
+        _series.fresh(v0, order, dtype),
+        _series.fresh(w0, order, dtype),
     )
-    _, v, w = ks.fori(order, body, init)
+    _, v, w = _series.fori(order, body, init)
     return w, v
 
 
@@ -534,8 +540,8 @@ def _svd_tall_kernel(a, u0, s0, v0, *, order, gauge_on_u):
         off = 1 - _eye(n, dtype)
         p_k = off * (skew_p - sp / 2) + _diag_matrix(p_d)
         q_k = off * (skew_q - sq / 2) + _diag_matrix(q_d)
-        q = ks.set_coeff(q, q_k, k)
-        sig = ks.set_coeff(sig, sig_k.astype(dtype), k)
+        q = _series.set_coeff(q, q_k, k)
+        sig = _series.set_coeff(sig, sig_k.astype(dtype), k)
         u_k = _mm(u0, p_k)
         if m > n:  # the part of U_k outside the span of U_0
             v = _mm(v0[None], q)
@@ -543,11 +549,11 @@ def _svd_tall_kernel(a, u0, s0, v0, *, order, gauge_on_u):
                 "jab,jb->ab", u, sig, k, order
             )
             u_k = u_k + _mm(complement, rest) / s[None, :]
-        return ks.set_coeff(u, u_k, k), ks.set_coeff(p, p_k, k), q, sig
+        return _series.set_coeff(u, u_k, k), _series.set_coeff(p, p_k, k), q, sig
 
-    eye = ks.fresh(_eye(n, dtype), order, dtype)
-    init = (ks.fresh(u0, order, dtype), eye, eye, ks.fresh(s, order, dtype))
-    u, _, q, sig = ks.fori(order, body, init)
+    eye = _series.fresh(_eye(n, dtype), order, dtype)
+    init = (_series.fresh(u0, order, dtype), eye, eye, _series.fresh(s, order, dtype))
+    u, _, q, sig = _series.fori(order, body, init)
     return u, jnp.real(sig).astype(s0.dtype), _mm(v0[None], q)
 
 

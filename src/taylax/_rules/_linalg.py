@@ -12,7 +12,7 @@ import math
 import jax.numpy as jnp
 from jax import Array, lax
 
-from .. import _policy, _series as ks
+from .. import _policy, _series
 from .._interpret import register_rule, row_readers
 from .._series import Series
 
@@ -24,7 +24,7 @@ def _per_coefficient(prim):
         def op(x, y):
             return prim.bind(x, y, **params)
 
-        return Series(ks.cauchy_bilinear(op, a.coeffs, b.coeffs, order))
+        return Series(_series.cauchy_bilinear(op, a.coeffs, b.coeffs, order))
 
     return rule
 
@@ -66,7 +66,7 @@ def _dot_general(order, a, b, *, dimension_numbers, **params):
     elif _takes_pair_dots(a, b, degree, dimension_numbers):
         return Series(_pair_dots(a, b, degree, dimension_numbers, params))
     else:
-        y = ks.toeplitz(y, degree + 1, x.shape[0])  # (rows, cols, *b.shape)
+        y = _series.toeplitz(y, degree + 1, x.shape[0])  # (rows, cols, *b.shape)
         free_at = len(ab) + len(_split_dims(x.ndim - 1, ac, ab))
         dims = (
             ((0, *(d + 1 for d in ac)), (1, *(d + 2 for d in bc))),
@@ -97,7 +97,7 @@ def _row_dots(a: Series, b: Series, degree: int, dimension_numbers, params) -> A
         x = a.coeffs[0] if a.degree == 0 else a.coeffs[k]
         y = b.coeffs[0] if b.degree == 0 else b.coeffs[k]
         rows.append(lax.dot_general(x, y, dimension_numbers, **params))
-    return ks.stack_rows(rows)  # rows of their own: readers take them, not slices
+    return _series.stack_rows(rows)  # rows of their own: readers take them, not slices
 
 
 def _pair_dots(a: Series, b: Series, degree: int, dimension_numbers, params) -> Array:
@@ -107,7 +107,7 @@ def _pair_dots(a: Series, b: Series, degree: int, dimension_numbers, params) -> 
     def dot(x, y):
         return lax.dot_general(x, y, dimension_numbers, **params)
 
-    return ks.stack_rows(ks.cauchy_rows(a.coeffs, b.coeffs, degree, dot))
+    return _series.stack_rows(_series.cauchy_rows(a.coeffs, b.coeffs, degree, dot))
 
 
 def _takes_pair_dots(a: Series, b: Series, degree: int, dimension_numbers) -> bool:

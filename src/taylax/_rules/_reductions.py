@@ -13,7 +13,7 @@ import functools
 import jax.numpy as jnp
 from jax import lax
 
-from .. import _series as ks
+from .. import _series
 from .._interpret import register_rule
 from .._series import Series
 from ._arithmetic import choose, log_series
@@ -28,7 +28,7 @@ def _reduce_chooser(prim):
         counts = jnp.sum(location, axis=axes)
         stacked_axes = tuple(a + 1 for a in axes)
         total = jnp.sum(x.coeffs * location[None], axis=stacked_axes) / counts[None]
-        return Series(ks.with_primal(total, z0))
+        return Series(_series.with_primal(total, z0))
 
     register_rule(prim)(rule)
 
@@ -53,9 +53,9 @@ def _reduce_prod(order, x, *, axes, **params):
             one = jnp.zeros(c.shape[:-1] + (1,), c.dtype).at[0].set(1)
             c = lax.concatenate([c, one], c.ndim - 1)
         half = c.shape[-1] // 2
-        c = ks.cauchy(c[..., :half], c[..., half:], order)
+        c = _series.cauchy(c[..., :half], c[..., half:], order)
     out = lax.squeeze(c, (c.ndim - 1,))
-    return Series(ks.with_primal(out, lax.reduce_prod_p.bind(x.primal, axes=axes, **params)))
+    return Series(_series.with_primal(out, lax.reduce_prod_p.bind(x.primal, axes=axes, **params)))
 
 
 def _cumulative(prim, combine):
@@ -63,17 +63,17 @@ def _cumulative(prim, combine):
         y0 = prim.bind(x.primal, axis=axis, reverse=reverse)
         out = lax.associative_scan(
             functools.partial(combine, order),
-            ks.pad_degree(x.coeffs, order),
+            _series.pad_degree(x.coeffs, order),
             reverse=reverse,
             axis=axis + 1,
         )
-        return Series(ks.with_primal(out, y0))
+        return Series(_series.with_primal(out, y0))
 
     register_rule(prim)(rule)
 
 
 def _series_mul(order, a, b):
-    return ks.cauchy(a, b, order)
+    return _series.cauchy(a, b, order)
 
 
 def _series_chooser(select):
@@ -96,8 +96,8 @@ def _cumlogsumexp(order, x, *, axis, reverse):
     # m = max along the axis keeps exp from overflowing.
     y0 = lax.cumlogsumexp(x.primal, axis=axis, reverse=reverse)
     m = jnp.max(x.primal, axis=axis, keepdims=True)
-    shifted = ks.with_primal(ks.pad_degree(x.coeffs, order), x.primal - m)
-    (e,) = ks.linear_ode(shifted, [lax.exp(x.primal - m)], [[1]], order)
+    shifted = _series.with_primal(_series.pad_degree(x.coeffs, order), x.primal - m)
+    (e,) = _series.linear_ode(shifted, [lax.exp(x.primal - m)], [[1]], order)
     total = lax.cumsum(e, axis=axis + 1, reverse=reverse)
     return Series(log_series(total, y0, order))
 
@@ -118,7 +118,7 @@ def _sort(order, *xs, dimension, is_stable, num_keys):
             continue
         index = jnp.broadcast_to(perm[None], x.coeffs.shape)
         taken = jnp.take_along_axis(x.coeffs, index, axis=dimension + 1)
-        result.append(Series(ks.with_primal(taken, sorted_primal)))
+        result.append(Series(_series.with_primal(taken, sorted_primal)))
     return result
 
 
@@ -129,4 +129,4 @@ def _top_k(order, x, **params):
     axis = params.get("axis", len(x.shape) - 1)
     index = jnp.broadcast_to(indices[None], (x.degree + 1,) + indices.shape)
     taken = jnp.take_along_axis(x.coeffs, index, axis=axis + 1)
-    return [Series(ks.with_primal(taken, values)), Series.constant(indices)]
+    return [Series(_series.with_primal(taken, values)), Series.constant(indices)]

@@ -22,15 +22,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _compat, _series as ks
+from .. import _compat, _series
 from .._interpret import eval_jaxpr_series, register_rule
 from .._series import Series
 from ._arithmetic import log_series
 from ._common import (
-    chunked,
     defconstant,
     deflinear,
     is_inexact,
+    over_element_chunks,
     pad_for_window,
     window_output_shape,
 )
@@ -46,7 +46,7 @@ def _derivative_only_in(prim, argument: str, other: str) -> NotImplementedError:
 
 def _exp_series(w, w0, order: int):
     """`exp(w)` for a stacked series `w` (degree `order`), with primal `exp(w0)`."""
-    (e,) = ks.linear_ode(w, [lax.exp(w0)], [[1]], order)
+    (e,) = _series.linear_ode(w, [lax.exp(w0)], [[1]], order)
     return e
 
 
@@ -73,16 +73,16 @@ def _incomplete_gamma(prim, sign: float):
                 raise _derivative_only_in(prim, "x", "a")
             # Order 1 is what JAX's jvp gives: igamma_grad_a has no derivative of its own.
             slope_a = sign * lax.igamma_grad_a(a0, x0)
-            y1 = slope_a * ks.pad_degree(a.coeffs, 1)[1]
+            y1 = slope_a * _series.pad_degree(a.coeffs, 1)[1]
             if not x.is_constant:
                 y1 = y1 + sign * lax.exp(w0) * x.coeffs[1]
-            return Series(ks.stack_primal(y0, y1[None]))
+            return Series(_series.stack_primal(y0, y1[None]))
         low = order - 1
-        c = ks.pad_degree(x.coeffs, low)
-        w = ks.with_primal((a0 - 1) * _log_series_of(c, lax.log(x0), low) - c, w0)
+        c = _series.pad_degree(x.coeffs, low)
+        w = _series.with_primal((a0 - 1) * _log_series_of(c, lax.log(x0), low) - c, w0)
         return integral(x, sign * _exp_series(w, w0, low), y0, order)
 
-    register_rule(prim)(chunked(rule))
+    register_rule(prim)(over_element_chunks(rule))
 
 
 _incomplete_gamma(lax.igamma_p, 1.0)
@@ -90,7 +90,7 @@ _incomplete_gamma(lax.igammac_p, -1.0)
 
 
 @register_rule(lax.regularized_incomplete_beta_p)
-@chunked
+@over_element_chunks
 def _regularized_incomplete_beta(order, a, b, x, **params):
     if not (a.is_constant and b.is_constant):
         # JAX's jvp raises for these too.
@@ -101,12 +101,12 @@ def _regularized_incomplete_beta(order, a, b, x, **params):
     lbeta = lax.lgamma(a0) + lax.lgamma(b0) - lax.lgamma(a0 + b0)
     w0 = (b0 - 1) * lax.log1p(-x0) + (a0 - 1) * lax.log(x0) - lbeta
     low = order - 1
-    c = ks.pad_degree(x.coeffs, low)
-    one_minus = ks.with_primal(-c, 1 - x0)
+    c = _series.pad_degree(x.coeffs, low)
+    one_minus = _series.with_primal(-c, 1 - x0)
     w = (b0 - 1) * _log_series_of(one_minus, lax.log1p(-x0), low) + (a0 - 1) * _log_series_of(
         c, lax.log(x0), low
     )
-    w = ks.with_primal(w, w0)
+    w = _series.with_primal(w, w0)
     return integral(x, _exp_series(w, w0, low), y0, order)
 
 
@@ -122,31 +122,31 @@ def _bessel_pair(x: Series, order: int):
     `k I1_k = sum_m u_{k-1-m} (I0 - s I1 - r I1)_m` with `u = x'`, `s = sign(x_0)`
     and `r = 1/x`; where `|x_0| <= eps`, JAX's i1e slope is the constant 1/2.
     """
-    c = ks.pad_degree(x.coeffs, order)
+    c = _series.pad_degree(x.coeffs, order)
     x0 = x.primal
     dtype = c.dtype
     tiny = jnp.abs(x0) <= jnp.finfo(dtype).eps
-    safe = ks.with_primal(c, jnp.where(tiny, jnp.finfo(dtype).eps, x0))
+    safe = _series.with_primal(c, jnp.where(tiny, jnp.finfo(dtype).eps, x0))
     s = lax.sign(x0)
-    u_source = ks.reversed_window_source(ks.derivative_series(c), order)
-    r = ks.divide(jnp.ones((1,) + x0.shape, dtype), safe[:order], order - 1)
-    r_source = ks.reversed_window_source(r, order)
-    half = ks.fresh(jnp.full(x0.shape, 0.5, dtype), order, dtype)
-    i0 = ks.fresh(lax.bessel_i0e(x0), order, dtype)
-    i1 = ks.fresh(lax.bessel_i1e(x0), order, dtype)
+    u_source = _series.reversed_window_source(_series.derivative_series(c), order)
+    r = _series.divide(jnp.ones((1,) + x0.shape, dtype), safe[:order], order - 1)
+    r_source = _series.reversed_window_source(r, order)
+    half = _series.fresh(jnp.full(x0.shape, 0.5, dtype), order, dtype)
+    i0 = _series.fresh(lax.bessel_i0e(x0), order, dtype)
+    i1 = _series.fresh(lax.bessel_i1e(x0), order, dtype)
     q = jnp.zeros_like(i1)  # (r * I1)_m, filled one coefficient per step
 
     def body(k, carry):
         i0, i1, q = carry
         kk = lax.convert_element_type(k, dtype)
-        q = ks.set_coeff(q, ks.conv_at(r_source, order, i1, k - 1, order), k - 1)
+        q = _series.set_coeff(q, _series.conv_at(r_source, order, i1, k - 1, order), k - 1)
         f0 = i1 - s * i0
         f1 = jnp.where(tiny, half, i0 - s * i1 - q)
-        new_i0 = ks.conv_at(u_source, order, f0, k - 1, order) / kk
-        new_i1 = ks.conv_at(u_source, order, f1, k - 1, order) / kk
-        return ks.set_coeff(i0, new_i0, k), ks.set_coeff(i1, new_i1, k), q
+        new_i0 = _series.conv_at(u_source, order, f0, k - 1, order) / kk
+        new_i1 = _series.conv_at(u_source, order, f1, k - 1, order) / kk
+        return _series.set_coeff(i0, new_i0, k), _series.set_coeff(i1, new_i1, k), q
 
-    i0, i1, _ = ks.fori(order, body, (i0, i1, q))
+    i0, i1, _ = _series.fori(order, body, (i0, i1, q))
     return i0, i1
 
 
@@ -154,7 +154,7 @@ def _bessel(prim, index: int):
     def rule(order, x, **params):
         return Series(_bessel_pair(x, order)[index])
 
-    register_rule(prim)(chunked(rule))
+    register_rule(prim)(over_element_chunks(rule))
 
 
 _bessel(lax.bessel_i0e_p, 0)
@@ -169,7 +169,7 @@ _bessel(lax.bessel_i1e_p, 1)
 def _zeta_taylor_coeffs(s0, q0, order: int):
     """`d_m = (-1)^m (s)_m / m! zeta(s + m, q0)` for m = 0..order ((s)_m: rising factorial)."""
     shape = jnp.shape(q0)
-    ms = ks.orders(order, len(shape), q0.dtype)
+    ms = _series.orders(order, len(shape), q0.dtype)
     s = jnp.broadcast_to(s0, shape)[None]
     steps = (s + ms[:-1]) / (-ms[1:])  # m-th step: -(s + m - 1) / m
     scale = jnp.cumprod(jnp.concatenate([jnp.ones((1,) + shape, q0.dtype), steps]), 0)
@@ -177,7 +177,7 @@ def _zeta_taylor_coeffs(s0, q0, order: int):
 
 
 @register_rule(lax.zeta_p)
-@chunked
+@over_element_chunks
 def _zeta(order, s, q, **params):
     if not s.is_constant:
         raise NotImplementedError(
@@ -186,10 +186,10 @@ def _zeta(order, s, q, **params):
             "in both arguments, which taylax follows."
         )
     d = _zeta_taylor_coeffs(s.primal, q.primal, order)
-    d = ks.with_primal(d, lax.zeta_p.bind(s.primal, q.primal, **params))
+    d = _series.with_primal(d, lax.zeta_p.bind(s.primal, q.primal, **params))
     if q.degree == 1:
-        return Series(ks.along_line(q.coeffs, d, order))
-    return Series(ks.compose(q.coeffs, d, order))
+        return Series(_series.along_line(q.coeffs, d, order))
+    return Series(_series.compose(q.coeffs, d, order))
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,9 +214,9 @@ def _by_linear_jvp(prim):
             return prim.bind(*[next(it) if w else p for p, w in zip(primals, which)], **params)
 
         at = tuple(p for p, w in zip(primals, which) if w)
-        rows = [ks.pad_degree(x.coeffs, degree) for x, w in zip(xs, which) if w]
+        rows = [_series.pad_degree(x.coeffs, degree) for x, w in zip(xs, which) if w]
         out = jax.vmap(lambda *t: jax.jvp(f, at, t)[1])(*rows)
-        return Series(ks.with_primal(out, prim.bind(*primals, **params)))
+        return Series(_series.with_primal(out, prim.bind(*primals, **params)))
 
     register_rule(prim)(rule)
 
@@ -236,7 +236,7 @@ def _approx_top_k(order, x, **params):
     axis = params["reduction_dimension"] % len(x.shape)
     index = jnp.broadcast_to(indices[None], (x.degree + 1,) + indices.shape)
     taken = jnp.take_along_axis(x.coeffs, index, axis=axis + 1)
-    return [Series(ks.with_primal(taken, values)), Series.constant(indices)]
+    return [Series(_series.with_primal(taken, values)), Series.constant(indices)]
 
 
 # `jax.ad_checkpoint.checkpoint_name`: the identity, named for remat policies.
@@ -277,7 +277,9 @@ def _series_reducer(jaxpr, consts, inexact, order: int):
         a, b = args[:n_ops], args[n_ops:]
         wrap = [Series(v) if w else Series.constant(v) for v, w in zip(a + b, inexact * 2)]
         outs = eval_jaxpr_series(jaxpr, consts, wrap, order)
-        return [ks.pad_degree(o.coeffs, order) if w else o.primal for o, w in zip(outs, inexact)]
+        return [
+            _series.pad_degree(o.coeffs, order) if w else o.primal for o, w in zip(outs, inexact)
+        ]
 
     axes = [1 if w else 0 for w in inexact] * 2
     return jax.vmap(pair, in_axes=axes, out_axes=axes[:n_ops]), axes
@@ -307,14 +309,14 @@ def _reduce(order, *xs, computation, jaxpr, dimensions):
         # (order+1, size, width) for a series, (size, width) for an integer operand.
         if not w:
             return lax.transpose(x.primal, perm).reshape(size, width)
-        c = lax.transpose(ks.pad_degree(x.coeffs, order), (0,) + tuple(p + 1 for p in perm))
+        c = lax.transpose(_series.pad_degree(x.coeffs, order), (0,) + tuple(p + 1 for p in perm))
         return c.reshape(order + 1, size, width)
 
     combine, axes = _series_reducer(jaxpr.jaxpr, jaxpr.consts, inexact, order)
 
     def init_rows(init: Series, w: bool, count: int):
         row = jnp.broadcast_to(init.primal, (1, count, width))
-        return ks.pad_degree(row, order) if w else row[0]
+        return _series.pad_degree(row, order) if w else row[0]
 
     vals = [flat(x, w) for x, w in zip(operands, inexact)]
     while size > 1:
@@ -386,7 +388,7 @@ def _reduce_window(order, *xs, jaxpr, consts, **window):
         primal = _window_slices(x.primal, init.primal, out_shape, **window)
         if not w:
             return primal.reshape(-1, count)
-        rest = ks.pad_degree(x.coeffs, order)[1:]
+        rest = _series.pad_degree(x.coeffs, order)[1:]
         higher = jax.vmap(lambda c: _window_slices(c, 0, out_shape, **window), out_axes=1)(rest)
         return lax.concatenate([primal[:, None], higher], 1).reshape(
             primal.shape[0], order + 1, count
@@ -397,7 +399,7 @@ def _reduce_window(order, *xs, jaxpr, consts, **window):
     acc = []
     for init, w in zip(inits, inexact):
         row = jnp.broadcast_to(init.primal, (count,))
-        acc.append(ks.pad_degree(row[None], order) if w else row)
+        acc.append(_series.pad_degree(row[None], order) if w else row)
     for element in range(windows[0].shape[0]):
         acc = list(combine(*acc, *[v[element] for v in windows]))
     return [
@@ -419,11 +421,11 @@ def _random_gamma(order, key, a, *, log_space):
         raise NotImplementedError("A PRNG key cannot carry a Taylor series.")
     x0 = _compat.random_gamma_p.bind(key.primal, a.primal, log_space=log_space)
     grad = jax.make_jaxpr(lambda x, a: _compat.gamma_sample_grad(x, a, log_space))(x0, a.primal)
-    a_coeffs = ks.pad_degree(a.coeffs, order).astype(x0.dtype)
-    da = ks.derivative_series(a_coeffs)  # (a')_j, degree order - 1
+    a_coeffs = _series.pad_degree(a.coeffs, order).astype(x0.dtype)
+    da = _series.derivative_series(a_coeffs)  # (a')_j, degree order - 1
     x = x0[None]
     for m in range(1, order + 1):
         (g,) = eval_jaxpr_series(grad.jaxpr, grad.consts, [Series(x), Series(a_coeffs[:m])], m - 1)
-        rate = ks.cauchy(ks.pad_degree(g.coeffs, m - 1), da[:m], m - 1)
+        rate = _series.cauchy(_series.pad_degree(g.coeffs, m - 1), da[:m], m - 1)
         x = lax.concatenate([x, rate[m - 1 :] / m], 0)
     return Series(x)

@@ -18,16 +18,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _pass, _policy, _series as ks
+from .. import _pass, _policy, _series
 from .._interpret import register_rule, taylor_rules
 from .._pass import read_row_by_row
 from .._series import Array, Series
 from ._arithmetic import log_series
-from ._common import chunked, line_coefficients
+from ._common import line_coefficients, over_element_chunks
 
 
 def _full(x: Series, order: int):
-    return ks.pad_degree(x.coeffs, order)
+    return _series.pad_degree(x.coeffs, order)
 
 
 def _cycle(values, weights: np.ndarray) -> Array:
@@ -44,19 +44,19 @@ def _cycle(values, weights: np.ndarray) -> Array:
 
 
 def _cycle_rows(values, weights: np.ndarray) -> Array:
-    """`_cycle` row by row (for `ks.rows_wanted` orders): a reader of row k multiplies one
-    buffer by a number (`ks.known_rows`), with no stacked copy in between. Past the rows
+    """`_cycle` row by row (for `_series.rows_wanted` orders): a reader of row k multiplies one
+    buffer by a number (`_series.known_rows`), with no stacked copy in between. Past the rows
     XLA:CPU fuses as a concatenate, the stack itself is `_cycle`'s one expression."""
-    rows = [ks.times_number(values[k % len(values)], w) for k, w in enumerate(weights)]
-    if len(rows) <= ks.fused_concat_max_operands():
-        return ks.stack_rows(rows)
-    return ks.with_known_rows(_cycle(values, weights), rows)
+    rows = [_series.times_number(values[k % len(values)], w) for k, w in enumerate(weights)]
+    if len(rows) <= _series.fused_concat_max_operands():
+        return _series.stack_rows(rows)
+    return _series.with_known_rows(_cycle(values, weights), rows)
 
 
 def _scaled(values, order: int, scale: float = 1.0):
     """Stack `values[k % len(values)] scale^k / k!` for k = 0..order (derivative cycles)."""
-    magnitudes = ks.inverse_factorials(order, 0, jnp.result_type(*values), scale)
-    if ks.rows_wanted(order):
+    magnitudes = _series.inverse_factorials(order, 0, jnp.result_type(*values), scale)
+    if _series.rows_wanted(order):
         return _cycle_rows(values, magnitudes.ravel())
     return _cycle(values, magnitudes.ravel())
 
@@ -65,17 +65,17 @@ def _trig_cycle(sin0, cos0, index: int, order: int, scale: float = 1.0):
     """`d^k/dx^k sin` (index 0) or `cos` (index 1) at `x0`, times `scale^k / k!`, for
     k = 0..order.
 
-    Row k is `sin` or `cos` times a signed `scale^k / k!`. Where `ks.rows_wanted`, row
+    Row k is `sin` or `cos` times a signed `scale^k / k!`. Where `_series.rows_wanted`, row
     by row (`_cycle_rows`). Otherwise `A_k sin + B_k cos` with constant vectors (one of
     the two 0 at each k): a few equations at any order, one elementwise kernel in its
     readers' layout. Real only (complex sin and cos take `_scaled`): sin and cos are
     bounded, so the zero weights never meet an inf.
     """
-    magnitudes = ks.inverse_factorials(order, 0, np.float64, scale).ravel()
+    magnitudes = _series.inverse_factorials(order, 0, np.float64, scale).ravel()
     # phase (index + k) % 4 is sin, cos, -sin, -cos
     signed = np.array([1.0 if (index + k) % 4 < 2 else -1.0 for k in range(order + 1)])
     signed *= magnitudes
-    if ks.rows_wanted(order):
+    if _series.rows_wanted(order):
         values = (sin0, cos0) if index == 0 else (cos0, sin0)
         return _cycle_rows(values, signed)
     weights = np.zeros((2, order + 1))
@@ -101,34 +101,34 @@ def univariate(prim, line_coeffs, general, line_max_order: int | None = None):
     only at run time multiplies `f^(k)/k!` by its powers; past the orders where `1/k!`
     is safely inside the dtype's range the recurrence, which never forms it, is used.
     """
-    general = chunked(general)
+    general = over_element_chunks(general)
     line_coefficients[prim] = (line_coeffs, line_max_order)
 
     def rule(order, x, **params):
         if x.degree == 1 and (line_max_order is None or order <= line_max_order):
-            known = ks.line_direction(x.coeffs) is not None
-            if known or ks.derivative_scale(order, x.dtype) == 1.0:
+            known = _series.line_direction(x.coeffs) is not None
+            if known or _series.derivative_scale(order, x.dtype) == 1.0:
                 line = functools.partial(line_coeffs, x.primal, order)
-                return Series(ks.mark_separate_rows(ks.along_line(x.coeffs, line, order)))
+                return Series(_series.mark_separate_rows(_series.along_line(x.coeffs, line, order)))
         return general(order, x)
 
     register_rule(prim)(rule)
 
 
 def _exp_general(order, x):
-    (y,) = ks.linear_ode(x.coeffs, [lax.exp(x.primal)], [[1]], order)
+    (y,) = _series.linear_ode(x.coeffs, [lax.exp(x.primal)], [[1]], order)
     return Series(y)
 
 
 def _exp2_general(order, x):
-    z = x.coeffs * jnp.asarray(math.log(2.0), ks.real_dtype(x.dtype))
-    (y,) = ks.linear_ode(z, [lax.exp2(x.primal)], [[1]], order)
+    z = x.coeffs * jnp.asarray(math.log(2.0), _series.real_dtype(x.dtype))
+    (y,) = _series.linear_ode(z, [lax.exp2(x.primal)], [[1]], order)
     return Series(y)
 
 
 def _expm1_general(order, x):
-    (y,) = ks.linear_ode(x.coeffs, [lax.exp(x.primal)], [[1]], order)
-    return Series(ks.with_primal(y, lax.expm1(x.primal)))
+    (y,) = _series.linear_ode(x.coeffs, [lax.exp(x.primal)], [[1]], order)
+    return Series(_series.with_primal(y, lax.expm1(x.primal)))
 
 
 univariate(lax.exp_p, lambda x0, k, scale=1.0: _scaled([lax.exp(x0)], k, scale), _exp_general)
@@ -139,7 +139,7 @@ univariate(
 )
 univariate(
     lax.expm1_p,
-    lambda x0, k, scale=1.0: ks.with_primal(_scaled([lax.exp(x0)], k, scale), lax.expm1(x0)),
+    lambda x0, k, scale=1.0: _series.with_primal(_scaled([lax.exp(x0)], k, scale), lax.expm1(x0)),
     _expm1_general,
 )
 
@@ -149,23 +149,23 @@ def sin_cos(x0):
 
     XLA:CPU counts real sin and cos as cheap, so it copies them into every kernel that
     reads them, and a Taylor rule reads them once per coefficient: the copies cost more
-    than the rest of the arithmetic. `ks.computed_once` makes XLA compute them once.
+    than the rest of the arithmetic. `_series.computed_once` makes XLA compute them once.
 
     Both come from one marked `exp(i x0) = cos x0 + i sin x0`: in one expression LLVM
     evaluates them with one `sincos`, at little more than the cost of one, and one kernel
     writes both (docs/EMISSION.md, "Values computed once"). XLA's complex `exp` of a purely
     imaginary argument is its real `cos` and `sin`, bit for bit (`exp(0)` is exactly 1).
-    A pass that compiles into one kernel (`ks.one_kernel_pass`) needs no mark: there
+    A pass that compiles into one kernel (`_series.one_kernel_pass`) needs no mark: there
     LLVM vectorizes `sin` and `cos` across points and evaluates each once.
     """
     if jnp.issubdtype(jnp.result_type(x0), np.complexfloating):
         return lax.sin(x0), lax.cos(x0)  # complex sin and cos count as expensive already
     if _pass.one_kernel_pass():  # evaluated once per point by the pass's one kernel
         return lax.sin(x0), lax.cos(x0)
-    one = ks.opaque_one(x0)
+    one = _series.opaque_one(x0)
     if jnp.result_type(x0) not in (np.float32, np.float64):  # no complex type of their own
-        return ks.computed_once(lax.sin(x0), one), ks.computed_once(lax.cos(x0), one)
-    cis = ks.computed_once(lax.exp(lax.complex(jnp.zeros_like(x0), x0)), one)
+        return _series.computed_once(lax.sin(x0), one), _series.computed_once(lax.cos(x0), one)
+    cis = _series.computed_once(lax.exp(lax.complex(jnp.zeros_like(x0), x0)), one)
     return lax.imag(cis), lax.real(cis)
 
 
@@ -176,7 +176,7 @@ def _pair(kind: str, index: int):
         return sin_cos(x0) if kind == "trig" else (lax.sinh(x0), lax.cosh(x0))
 
     def general(order, x):
-        ys = ks.linear_ode(x.coeffs, list(first_second(x.primal)), matrix, order)
+        ys = _series.linear_ode(x.coeffs, list(first_second(x.primal)), matrix, order)
         return Series(ys[index])
 
     def line(x0, order, scale=1.0):
@@ -233,7 +233,7 @@ def _derivative_polynomials(kind: str, order: int) -> np.ndarray:
 def _riccati_factor(kind: str, x0, y0):
     """`g(f(x0))` computed without cancellation."""
     if kind == "tanh":
-        return ks.sech_squared(x0)
+        return _series.sech_squared(x0)
     return 1 + y0 * y0
 
 
@@ -250,11 +250,11 @@ def _polynomial_line(kind: str, x0, y0, order: int, scale: float = 1.0):
         column = jnp.asarray(table[:, j].reshape(column_shape), dtype)
         d = column if d is None else d * y0[None] + column
     d = d * _riccati_factor(kind, x0, y0)[None]
-    return ks.with_primal(d if scale == 1.0 else ks.times_powers(d, scale), y0)
+    return _series.with_primal(d if scale == 1.0 else _series.times_powers(d, scale), y0)
 
 
 def _polynomial_line_rows(table: np.ndarray, kind: str, x0, y0, scale: float):
-    """`_polynomial_line` row by row (`ks.known_rows`): row k is `g(y0) P_k(y0) scale^k`,
+    """`_polynomial_line` row by row (`_series.known_rows`): row k is `g(y0) P_k(y0) scale^k`,
     `P_k` by Horner's rule with number coefficients. Readers take each row's few
     products fused; as one stacked expression XLA built the stack and read tanh and the
     slope from buffers of their own, kernels that nested jvp does not have
@@ -268,31 +268,31 @@ def _polynomial_line_rows(table: np.ndarray, kind: str, x0, y0, scale: float):
         for j in reversed(range(last)):
             poly = poly * y0 + coeffs[j] if coeffs[j] else poly * y0
         rows.append(slope * poly)
-    return ks.stack_rows(rows)
+    return _series.stack_rows(rows)
 
 
 def _tanh(order, x):
-    return Series(ks.tanh(x.coeffs, lax.tanh(x.primal), order))
+    return Series(_series.tanh(x.coeffs, lax.tanh(x.primal), order))
 
 
 def _logistic(order, x, **params):
-    """The Riccati recurrence at unrolled orders (`ks.logistic`: one logistic more for
+    """The Riccati recurrence at unrolled orders (`_series.logistic`: one logistic more for
     an accurate slope, where `(1 + tanh(x / 2)) / 2` took a tanh, an exponential and a
     division besides the logistic itself, and stacked tanh's closed form along a line
     with selects; docs/EMISSION.md, "Recurrences"); past them, and for complex values,
     `(1 + tanh(x / 2)) / 2`."""
     y0 = lax.logistic(x.primal)
-    if ks.unrolled(order) and not jnp.iscomplexobj(y0):
+    if _series.unrolled(order) and not jnp.iscomplexobj(y0):
         rows_once = not read_row_by_row()
-        return Series(ks.logistic(x.coeffs, y0, order, rows_once))
+        return Series(_series.logistic(x.coeffs, y0, order, rows_once))
     half = Series(x.coeffs / 2)
     t = taylor_rules[lax.tanh_p](order, half).coeffs
-    return Series(ks.with_primal(t / 2, y0))
+    return Series(_series.with_primal(t / 2, y0))
 
 
 def _tan(order, x):
-    s, c = ks.linear_ode(x.coeffs, list(sin_cos(x.primal)), [[0, 1], [-1, 0]], order)
-    return Series(ks.divide(s, c, order, q0=lax.tan(x.primal)))
+    s, c = _series.linear_ode(x.coeffs, list(sin_cos(x.primal)), [[0, 1], [-1, 0]], order)
+    return Series(_series.divide(s, c, order, q0=lax.tan(x.primal)))
 
 
 def _polynomial_line_of(fn, kind: str):
@@ -306,14 +306,14 @@ _tanh_line_or_general = taylor_rules[lax.tanh_p]
 @register_rule(lax.tanh_p)
 def _tanh_rule(order, x, **params):
     """The closed form along a line or the recurrence; for a tanh read only row by row
-    (a large network's hidden layer), the Riccati rows unmarked (see `ks.tanh_riccati`).
+    (a large network's hidden layer), the Riccati rows unmarked (see `_series.tanh_riccati`).
 
     A row-by-row reader (`_linalg._row_dots`) takes each row as its own buffer, so the
     rows need no marking; the Riccati form is used on a line too, where it fuses as well.
     Figures for tanh MLPs are at `_row_dots`. Chains of tanh (read by products) keep both.
     """
-    if ks.unrolled(order) and read_row_by_row():
-        return Series(ks.tanh(x.coeffs, lax.tanh(x.primal), order, rows_once=False))
+    if _series.unrolled(order) and read_row_by_row():
+        return Series(_series.tanh(x.coeffs, lax.tanh(x.primal), order, rows_once=False))
     return _tanh_line_or_general(order, x, **params)
 
 
@@ -325,9 +325,9 @@ def _log_line(shift_one: bool):
     def line(x0, order, scale=1.0):
         base = 1 + x0 if shift_one else x0
         primal = lax.log1p(x0) if shift_one else lax.log(x0)
-        ms = ks.orders(order, jnp.ndim(x0), x0.dtype)
+        ms = _series.orders(order, jnp.ndim(x0), x0.dtype)
         # (scale / base)^k, not base^-k times scale^k: each may leave the range alone.
-        powers = ks.powers(1 / base if scale == 1.0 else scale / base, order)[1:]
+        powers = _series.powers(1 / base if scale == 1.0 else scale / base, order)[1:]
         signs = jnp.where(ms[1:] % 2 == 1, 1.0, -1.0).astype(x0.dtype)
         rest = signs * powers / ms[1:]
         return lax.concatenate([jnp.asarray(primal)[None], rest], 0)
@@ -342,8 +342,10 @@ def _log_general(order, x):
 def _log1p_general(order, x):
     # `x` keeps its own degree, as in `log_series`.
     c = x.coeffs[: order + 1]
-    g = ks.divide(ks.derivative_series(c), ks.with_primal(c, 1 + x.primal)[:order], order - 1)
-    return Series(ks.integrate(g, lax.log1p(x.primal), order))
+    g = _series.divide(
+        _series.derivative_series(c), _series.with_primal(c, 1 + x.primal)[:order], order - 1
+    )
+    return Series(_series.integrate(g, lax.log1p(x.primal), order))
 
 
 univariate(lax.log_p, _log_line(False), _log_general)
@@ -357,18 +359,18 @@ def integral(x: Series, g, y0, order: int) -> Series:
     of low degree (`atan(t^2)`) the products and recurrences sum a few terms per
     coefficient, where a zero-padded `x` would sum k."""
     c = x.coeffs[: order + 1]
-    dg = ks.cauchy(ks.pad_degree(g, order - 1), ks.derivative_series(c), order - 1)
-    return Series(ks.integrate(dg, y0, order))
+    dg = _series.cauchy(_series.pad_degree(g, order - 1), _series.derivative_series(c), order - 1)
+    return Series(_series.integrate(dg, y0, order))
 
 
 def _one_plus(sign_one: float, sign_sq: float, c, order: int):
     """`sign_one + sign_sq * x^2` as a series."""
-    sq = ks.cauchy(c, c, order)
-    return ks.with_primal(sign_sq * sq, sign_one + sign_sq * sq[0])
+    sq = _series.cauchy(c, c, order)
+    return _series.with_primal(sign_sq * sq, sign_one + sign_sq * sq[0])
 
 
 def _rsqrt_of(w, order: int):
-    return ks.power(w, -0.5, lax.rsqrt(w[0]), order)
+    return _series.power(w, -0.5, lax.rsqrt(w[0]), order)
 
 
 def _inverse_trig(prim, sign_one, sign_sq, kind, scale=1.0):
@@ -381,10 +383,10 @@ def _inverse_trig(prim, sign_one, sign_sq, kind, scale=1.0):
         if kind == "rsqrt":
             g = _rsqrt_of(w, order - 1)
         else:
-            g = ks.divide(jnp.ones_like(w[:1]), w, order - 1)
+            g = _series.divide(jnp.ones_like(w[:1]), w, order - 1)
         return integral(x, scale * g if scale != 1.0 else g, y0, order)
 
-    register_rule(prim)(chunked(rule))
+    register_rule(prim)(over_element_chunks(rule))
 
 
 _inverse_trig(lax.asin_p, 1.0, -1.0, "rsqrt")
@@ -395,7 +397,7 @@ _inverse_trig(lax.atanh_p, 1.0, -1.0, "recip")
 
 
 @register_rule(lax.acosh_p)
-@chunked
+@over_element_chunks
 def _acosh(order, x, **params):
     """`acosh' = 1 / (sqrt(x - 1) sqrt(x + 1))`, each root a series of its own.
 
@@ -409,24 +411,24 @@ def _acosh(order, x, **params):
     if order == 0:
         return Series.constant(y0)
     c = x.coeffs[:order]
-    roots = [_rsqrt_of(ks.with_primal(c, c[0] + shift), order - 1) for shift in (-1.0, 1.0)]
-    return integral(x, ks.cauchy(roots[0], roots[1], order - 1), y0, order)
+    roots = [_rsqrt_of(_series.with_primal(c, c[0] + shift), order - 1) for shift in (-1.0, 1.0)]
+    return integral(x, _series.cauchy(roots[0], roots[1], order - 1), y0, order)
 
 
 @register_rule(lax.atan2_p)
-@chunked
+@over_element_chunks
 def _atan2(order, y, x, **params):
     z0 = lax.atan2(y.primal, x.primal)
     ndim = len(jnp.shape(z0))
-    cy = ks.pad_degree(ks.lift(y.coeffs, ndim), order)
-    cx = ks.pad_degree(ks.lift(x.coeffs, ndim), order)
+    cy = _series.pad_degree(_series.lift(y.coeffs, ndim), order)
+    cx = _series.pad_degree(_series.lift(x.coeffs, ndim), order)
     low = order - 1
-    num = ks.cauchy(cx[:order], ks.derivative_series(cy), low) - ks.cauchy(
-        cy[:order], ks.derivative_series(cx), low
+    num = _series.cauchy(cx[:order], _series.derivative_series(cy), low) - _series.cauchy(
+        cy[:order], _series.derivative_series(cx), low
     )
-    den = ks.cauchy(cx[:order], cx[:order], low) + ks.cauchy(cy[:order], cy[:order], low)
-    g = ks.divide(num, den, low)
-    return Series(ks.integrate(g, z0, order))
+    den = _series.cauchy(cx[:order], cx[:order], low) + _series.cauchy(cy[:order], cy[:order], low)
+    g = _series.divide(num, den, low)
+    return Series(_series.integrate(g, z0, order))
 
 
 def _erf_like(prim, sign):
@@ -435,11 +437,11 @@ def _erf_like(prim, sign):
         if order == 0:
             return Series.constant(y0)
         c = x.coeffs[:order]
-        z = -ks.cauchy(c, c, order - 1)
-        (e,) = ks.linear_ode(z, [lax.exp(-x.primal * x.primal)], [[1]], order - 1)
+        z = -_series.cauchy(c, c, order - 1)
+        (e,) = _series.linear_ode(z, [lax.exp(-x.primal * x.primal)], [[1]], order - 1)
         return integral(x, (sign * 2 / math.sqrt(math.pi)) * e, y0, order)
 
-    register_rule(prim)(chunked(rule))
+    register_rule(prim)(over_element_chunks(rule))
 
 
 _erf_like(lax.erf_p, 1.0)
@@ -447,28 +449,28 @@ _erf_like(lax.erfc_p, -1.0)
 
 
 @register_rule(lax.erf_inv_p)
-@chunked
+@over_element_chunks
 def _erf_inv(order, x, **params):
     # y' = x' * c * w with w = exp(q), q = y^2, all filled one coefficient per step.
     c = _full(x, order)
     y0 = lax.erf_inv(x.primal)
     scale = math.sqrt(math.pi) / 2
-    u_source = ks.reversed_window_source(ks.derivative_series(c), order)
-    ms = ks.orders(order, c.ndim - 1, c.dtype)
-    y = ks.fresh(y0, order, c.dtype)
-    q = ks.fresh(y0 * y0, order, c.dtype)
-    w = ks.fresh(lax.exp(y0 * y0), order, c.dtype)
+    u_source = _series.reversed_window_source(_series.derivative_series(c), order)
+    ms = _series.orders(order, c.ndim - 1, c.dtype)
+    y = _series.fresh(y0, order, c.dtype)
+    q = _series.fresh(y0 * y0, order, c.dtype)
+    w = _series.fresh(lax.exp(y0 * y0), order, c.dtype)
 
     def body(k, carry):
         y, q, w = carry
-        kk = lax.convert_element_type(k, ks.real_dtype(c.dtype))
-        y = ks.set_coeff(y, scale * ks.conv_at(u_source, order, w, k - 1, order) / kk, k)
-        q = ks.set_coeff(q, ks.self_conv_at(y, k, order), k)
-        dq_source = ks.reversed_window_source(ms * q, order)
-        w = ks.set_coeff(w, ks.conv_at(dq_source, order + 1, w, k, order) / kk, k)
+        kk = lax.convert_element_type(k, _series.real_dtype(c.dtype))
+        y = _series.set_coeff(y, scale * _series.conv_at(u_source, order, w, k - 1, order) / kk, k)
+        q = _series.set_coeff(q, _series.self_conv_at(y, k, order), k)
+        dq_source = _series.reversed_window_source(ms * q, order)
+        w = _series.set_coeff(w, _series.conv_at(dq_source, order + 1, w, k, order) / kk, k)
         return y, q, w
 
-    return Series(ks.fori(order, body, (y, q, w))[0])
+    return Series(_series.fori(order, body, (y, q, w))[0])
 
 
 def _polygamma_coeffs(x0, first, order: int, primal):
@@ -485,10 +487,10 @@ def _polygamma_coeffs(x0, first, order: int, primal):
         if order == 0:
             return jnp.asarray(primal, dtype)[None]
         g = _polygamma_coeffs(x0, 1, order - 1, lax.digamma(x0))
-        ms = ks.orders(order, jnp.ndim(x0), dtype)[1:]
+        ms = _series.orders(order, jnp.ndim(x0), dtype)[1:]
         return jnp.concatenate([jnp.asarray(primal, dtype)[None], g / ms], 0)
     shape = jnp.shape(x0)
-    js = ks.orders(order, len(shape), dtype)[1:]  # 1..order
+    js = _series.orders(order, len(shape), dtype)[1:]  # 1..order
     s = jnp.broadcast_to(jnp.asarray(first, dtype), shape)
     steps = -(s[None] + js - 1) / js  # -(first + j - 1) / j
     factor = jnp.where(jnp.fmod(s, 2) == 1, -1.0, 1.0).astype(dtype)  # (-1)^first
@@ -508,14 +510,14 @@ def _by_taylor_coeffs(prim, taylor_coeffs):
         if abs(scale) > 1 and order >= 2:
             # Past order 1 these are zeta values, never 0: a 0 is an underflow that the
             # scale would turn into a silent 0 where the result overflows. Say nan.
-            m = ks.orders(order, d.ndim - 1, ks.real_dtype(d.dtype))
+            m = _series.orders(order, d.ndim - 1, _series.real_dtype(d.dtype))
             d = jnp.where((d == 0) & (m >= 2), jnp.nan, d)
-        return ks.times_powers(d, scale)
+        return _series.times_powers(d, scale)
 
     univariate(
         prim,
         line,
-        lambda order, x: Series(ks.compose(x.coeffs, taylor_coeffs(x.primal, order), order)),
+        lambda order, x: Series(_series.compose(x.coeffs, taylor_coeffs(x.primal, order), order)),
     )
 
 
@@ -534,5 +536,5 @@ def _polygamma(order, n, x, **params):
     n0 = jnp.broadcast_to(n.primal, jnp.shape(x0)).astype(x0.dtype)
     d = _polygamma_coeffs(x0, n0 + 1, order, lax.polygamma(n0, x0))
     if x.degree == 1:
-        return Series(ks.along_line(x.coeffs, d, order))
-    return Series(ks.compose(x.coeffs, d, order))
+        return Series(_series.along_line(x.coeffs, d, order))
+    return Series(_series.compose(x.coeffs, d, order))

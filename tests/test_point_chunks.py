@@ -1,4 +1,4 @@
-"""Large vmapped batches of Taylor passes run in chunks of points (`taylax._chunks`):
+"""Large vmapped batches of Taylor passes run in chunks of points (`taylax._point_chunks`):
 the same values as one vmap, through `jax.grad` and `jax.jvp` too, and only where the
 pass keeps many buffers."""
 
@@ -11,7 +11,7 @@ import pytest
 
 import taylax
 from reference import all_equations
-from taylax import _chunks
+from taylax import _point_chunks
 from taylax._count import iter_equations
 
 jax.config.update("jax_enable_x64", True)
@@ -92,7 +92,7 @@ def test_few_buffers_stay_one_vmap(small_chunks):
     """`0.3 sin(t) t^10` keeps two buffers: chunks would only add a loop."""
     t = jnp.linspace(0.5, 1.5, 64)
     closed = jax.make_jaxpr(taylax.derivatives(seed_function, 8))(1.0)
-    count, _ = _chunks.buffered_bytes(iter_equations(closed))
+    count, _ = _point_chunks.buffered_bytes(iter_equations(closed))
     assert count < taylax.CPU.chunked_min_buffers
     assert "scan" not in _primitives(jax.vmap(taylax.derivatives(seed_function, 8)), t)
 
@@ -102,7 +102,7 @@ def test_output_rows_past_a_fused_concatenate_count_as_buffers(small_chunks):
     `0.3 sin(t) t^10` keeps two values in buffers but runs in chunks at order 12."""
     t = jnp.linspace(0.5, 1.5, 64)
     d = taylax.derivatives(seed_function, 12)
-    assert _chunks._output_row_buffers(jax.make_jaxpr(d)(1.0), 12, taylax.CPU) == (12, 12 * 8)
+    assert _point_chunks._output_row_buffers(jax.make_jaxpr(d)(1.0), 12, taylax.CPU) == (12, 12 * 8)
     assert "scan" in _primitives(jax.vmap(d), t)
     np.testing.assert_allclose(jax.jit(jax.vmap(d))(t), jax.vmap(jax.jit(d))(t), rtol=1e-14, atol=0)
 
@@ -153,7 +153,7 @@ def test_chunks_shrink_until_their_buffers_fit(emission):
 
     t = jnp.linspace(-0.9, 0.9, 65536)
     d = jax.vmap(taylax.derivatives(chain, 16))
-    count, per_point = _chunks.buffered_bytes(iter_equations(jax.make_jaxpr(d)(t[:1])))
+    count, per_point = _point_chunks.buffered_bytes(iter_equations(jax.make_jaxpr(d)(t[:1])))
     assert per_point * 65536 > taylax.CPU.chunk_max_bytes
     (length,) = _scan_lengths(d, t)
     assert 2 <= length and (65536 // length) * per_point <= taylax.CPU.chunk_max_bytes
@@ -199,6 +199,6 @@ def test_named_axes_stay_one_vmap(small_chunks):
 
 def test_buffered_bytes_counts_marked_values():
     closed = jax.make_jaxpr(taylax.derivatives(damped_wave, 8))(1.0)
-    count, size = _chunks.buffered_bytes(iter_equations(closed))
+    count, size = _point_chunks.buffered_bytes(iter_equations(closed))
     assert count >= taylax.CPU.chunked_min_buffers
     assert size == 8 * count  # one float64 per buffered value and point
