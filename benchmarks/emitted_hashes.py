@@ -10,6 +10,7 @@ and compare the two outputs with `diff`.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ import bench_large  # noqa: E402
 import bench_layers  # noqa: E402
 import bench_operators  # noqa: E402
 import bench_programs  # noqa: E402
+import recursion  # noqa: E402
 import taylax  # noqa: E402
 
 
@@ -81,6 +83,32 @@ def cases():
     for K in (2, 4):
         fn = jax.jit(lambda y, K=K: taylax.derivatives(bench_large.rk4_unrolled, K)(y))
         yield "unrolled rk4", K, fn, (jnp.float64(0.8),)
+    for d in (4, 8):
+        p = bench_operators.mlp_params(d, jnp.float64)
+        f = lambda x, p=p: bench_operators.mlp(p, x)  # noqa: E731
+        pts = jnp.ones((16, d)) * 0.1
+        yield f"biharmonic mlp d={d}", 4, jax.jit(jax.vmap(taylax.biharmonic(f))), (pts,)
+    # The jitted recursion of nested derivatives: the program its call emits, every
+    # derivative replaced by its pass (`taylax.emitted_jaxpr`), at depth k.
+    my_func = recursion.build("taylax")
+    t = jnp.asarray(1.0, dtype=complex)
+    for k in (3, 6, 9):
+        yield "recursion", k, _Emitted(functools.partial(my_func, k=k)), (t,)
+
+
+class _Emitted:
+    """A function whose program is hashed as `taylax.emitted_jaxpr` shows it: every
+    `taylax.derivative` in it replaced by its Taylor pass (`jax.make_jaxpr` would show
+    each as one equation)."""
+
+    def __init__(self, fun):
+        self.fun = fun
+
+    def __call__(self, *args):
+        return jax.jit(self.fun)(*args)
+
+    def lower(self, *args):
+        return jax.jit(self.fun).lower(*args)
 
 
 def main(argv=None) -> int:
@@ -100,7 +128,10 @@ def main(argv=None) -> int:
         for name, K, fn, xs in cases():
             if args.only not in name:
                 continue
-            closed = jax.make_jaxpr(fn)(*xs)
+            if isinstance(fn, _Emitted):
+                closed = taylax.emitted_jaxpr(fn.fun, *xs)
+            else:
+                closed = jax.make_jaxpr(fn)(*xs)
             digest = hashlib.sha256(str(closed).encode()).hexdigest()[:16]
             line = f"{name:32s} K={K:<3d} {digest} eqns={_count(closed.jaxpr)}"
             if args.hlo:

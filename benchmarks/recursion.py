@@ -33,7 +33,7 @@ __all__ = ["fitted_exponent", "max_relative_difference", "measure", "measure_seq
 CONTENDERS = ("taylax", "jax")
 
 
-def _build(contender: str):
+def build(contender: str):
     import jax
     import jax.numpy as jnp
 
@@ -93,7 +93,7 @@ def _worker(contender: str, ks: list[int], count: bool) -> None:
     import jax.numpy as jnp
 
     jax.config.update("jax_enable_x64", True)
-    my_func = _build(contender)
+    my_func = build(contender)
     t = jnp.asarray(1.0, dtype=complex)
     for k in ks:
         start = time.perf_counter()

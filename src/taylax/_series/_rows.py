@@ -1,6 +1,20 @@
-"""Rows: stacks whose coefficients are known as separate arrays (`known_rows`), so that
-readers take a row itself rather than a slice of the stack, and the side tables that
-remember them. Where rows are built is the emission policy's choice (`rows_wanted`)."""
+"""Rows: stacks whose coefficients are known as separate arrays, so that readers take a
+row itself rather than a slice of the stack, and the side tables that remember them.
+
+A *stack* is a series as one array `(d+1, *shape)`; its *rows* are its coefficients.
+Five questions about rows, each one function:
+
+- `rows_wanted(order)`: should a rule build its result row by row? (The emission
+  policy's choice: `rows_max_order`, `loop_rows_max_order` in loop bodies.)
+- `known_rows(c)`: the arrays `c` was stacked from (`stack_rows`), which readers take
+  instead of slicing `c`; None for any other stack.
+- `has_separate_rows(c)`: can row k of `c` be read without a pass over all of `c`?
+  (Stacks of known rows, and closed forms along a line.)
+- `has_buffer_rows(c)`: are `c`'s rows buffers that exist anyway (a pass's inputs), so
+  that reading them one by one adds no work?
+- `taylax._pass.read_row_by_row()`: will the readers of the equation being evaluated
+  take its output one row at a time (a network's next layer)?
+"""
 
 from __future__ import annotations
 
