@@ -76,7 +76,12 @@ def loop_body():
 
 
 def reading_by_rows(read_by_rows: bool):
-    """Evaluate one equation's rule, whose outputs are (or are not) read only row by row."""
+    """Evaluate one equation's rule, whose outputs are (or are not) read only row by row.
+
+    Entered for every equation of a pass: where the state already says so (most
+    equations), nothing is set."""
+    if _STATE.get().read_by_rows == read_by_rows:
+        return contextlib.nullcontext()
     return _replaced(read_by_rows=read_by_rows)
 
 
