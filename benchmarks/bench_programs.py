@@ -22,13 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from harness import nested_jvp, run_worker
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 NAME = "programs"
@@ -120,68 +121,19 @@ def build_contender(contender: str, f: Callable, order: int) -> tuple[Callable, 
       >>> float(fn(1.0, 1.0)), stacked  # doctest: +SKIP
       (6.0, False)
     """
-    import jax
 
     if contender == "taylax":
         import taylax
 
         return taylax.derivatives(f, order), True
     if contender == "nested_jvp":
-
-        def nested_fn(x, v):
-            g = f
-            for _ in range(order):
-                g = (lambda h: lambda y: jax.jvp(h, (y,), (v,))[1])(g)
-            return g(x)
-
-        return nested_fn, False
+        return nested_jvp(f, order), False
     raise ValueError(f"Unknown contender {contender!r}; expected one of {list(CONTENDERS)}.")
-
-
-def _checksum(derivative) -> float:
-    import numpy as np
-
-    d = np.asarray(derivative, dtype=np.float64).ravel()
-    return float(np.dot(d, np.cos(np.arange(d.size))))
-
-
-def _emit(**fields: Any) -> None:
-    print(json.dumps(fields), flush=True)
 
 
 def worker(spec: dict[str, Any]) -> None:
     """Measures one (case, contender, order); prints JSON lines (see the module docstring)."""
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp
-
-    jax.block_until_ready(jax.jit(lambda a: a + 1.0)(jnp.zeros(())))  # backend start-up
-    f, x, v = build_case(spec["case"])
-    fn, stacked = build_contender(spec["contender"], f, spec["order"])
-    x, v = jax.block_until_ready((x, v))
-    _emit(device=jax.devices()[0].platform)
-    jitted = jax.jit(fn)
-    start = time.perf_counter()
-    out = jax.block_until_ready(jitted(x, v))
-    _emit(first_call_s=time.perf_counter() - start)
-    _emit(value=_checksum(out[-1] if stacked else out))
-    for _ in range(2):
-        jax.block_until_ready(jitted(x, v))
-    start = time.perf_counter()
-    jax.block_until_ready(jitted(x, v))
-    estimate = max(time.perf_counter() - start, 1e-7)
-    repeats = min(max(math.ceil(spec["min_time_s"] / estimate), 5), 100_000)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(jitted(x, v))
-        times.append(time.perf_counter() - start)
-    _emit(steady_s=statistics.median(times), steady_repeats=repeats)
-    from harness import count_equations  # imports taylax, after the timings
-
-    _emit(equations=count_equations(jax.make_jaxpr(fn)(x, v)))
-    _emit(done=True)
+    run_worker(spec, build_case, build_contender)
 
 
 # --------------------------------------------------------------------------------------

@@ -191,7 +191,6 @@ def build_contender(contender: str, f: Callable, order: int) -> tuple[Callable, 
     Example:
       >>> fn, stacked = build_contender("jet", lambda t: t**3, 2)  # doctest: +SKIP
     """
-    import jax
     import jax.numpy as jnp
 
     if contender == "taylax":
@@ -209,18 +208,29 @@ def build_contender(contender: str, f: Callable, order: int) -> tuple[Callable, 
 
         return jet_fn, True
     if contender == "nested_jvp":
-
-        def nested_fn(x, v):
-            g = f
-            for _ in range(order):
-                g = (lambda h: lambda y: jax.jvp(h, (y,), (v,))[1])(g)
-            return g(x)
-
-        return nested_fn, False
+        return nested_jvp(f, order), False
     raise ValueError(f"Unknown contender {contender!r}; expected one of {list(CONTENDERS)}.")
 
 
-def _checksum(derivative: Any) -> float:
+def nested_jvp(f: Callable, order: int) -> Callable:
+    """`fn(x, v)`: the `order`-th derivative of `f` along `v` by `order` nested `jax.jvp`s.
+
+    Example:
+      >>> float(nested_jvp(lambda t: t**3, 2)(1.0, 1.0))  # doctest: +SKIP
+      6.0
+    """
+    import jax
+
+    def nested_fn(x, v):
+        g = f
+        for _ in range(order):
+            g = (lambda h: lambda y: jax.jvp(h, (y,), (v,))[1])(g)
+        return g(x)
+
+    return nested_fn
+
+
+def checksum(derivative: Any) -> float:
     """A sign-aware scalar summary of an array: a fixed weighted sum of its entries."""
     import numpy as np
 
@@ -228,7 +238,8 @@ def _checksum(derivative: Any) -> float:
     return float(np.dot(d, np.cos(np.arange(d.size))))
 
 
-def _emit(**fields: Any) -> None:
+def emit(**fields: Any) -> None:
+    """Print one JSON line of a worker's results (the parent reads them)."""
     print(json.dumps(fields), flush=True)
 
 
@@ -256,6 +267,13 @@ def count_equations(jaxpr: Any) -> int:
 
 def _worker(spec: dict[str, Any]) -> None:
     """Measures one (case, contender, order) and prints JSON lines on stdout."""
+    run_worker(spec, build_case, build_contender)
+
+
+def run_worker(spec: dict[str, Any], build_case: Callable, build_contender: Callable) -> None:
+    """A worker's measurement of `spec` (case, contender, order; `mode`, `steady` and
+    `min_time_s` optional), with the given builders of cases and contenders: JSON lines
+    on stdout (`emit`). taylax is imported only to count equations, after the timings."""
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -266,14 +284,14 @@ def _worker(spec: dict[str, Any]) -> None:
     f, x, v = build_case(spec["case"])
     fn, stacked = build_contender(spec["contender"], f, spec["order"])
     x, v = jax.block_until_ready((x, v))
-    _emit(device=str(jax.devices()[0].platform), jax_version=jax.__version__)
+    emit(device=str(jax.devices()[0].platform), jax_version=jax.__version__)
 
     if spec.get("mode", "full") == "full":
         jitted = jax.jit(fn)
         start = time.perf_counter()
         out = jax.block_until_ready(jitted(x, v))
-        _emit(first_call_s=time.perf_counter() - start)
-        _emit(value=_checksum(out[-1] if stacked else out))
+        emit(first_call_s=time.perf_counter() - start)
+        emit(value=checksum(out[-1] if stacked else out))
         if spec.get("steady", True):
             for _ in range(2):
                 jax.block_until_ready(jitted(x, v))
@@ -286,9 +304,9 @@ def _worker(spec: dict[str, Any]) -> None:
                 start = time.perf_counter()
                 jax.block_until_ready(jitted(x, v))
                 times.append(time.perf_counter() - start)
-            _emit(steady_s=statistics.median(times), steady_repeats=repeats)
-    _emit(equations=count_equations(jax.make_jaxpr(fn)(x, v)))
-    _emit(done=True)
+            emit(steady_s=statistics.median(times), steady_repeats=repeats)
+    emit(equations=count_equations(jax.make_jaxpr(fn)(x, v)))
+    emit(done=True)
 
 
 # The worker is started with ``python -c _BOOTSTRAP SPEC``. It loads this file by its
