@@ -326,6 +326,18 @@ def power(x: Array, p, y0: Array, order: int) -> Array:
     )[0][: order + 1]
 
 
+def folded_square_terms(ys: list[Array], k: int) -> list[Array]:
+    """The terms of `sum_{0<i<k} y_i y_{k-i}` folded by its symmetry: twice the sum over
+    `i < k/2`, then `y_{k/2}^2` for even k (about k/2 products; none for k = 1)."""
+    terms = []
+    folded = dot_rows((ys[i], ys[k - i]) for i in range(1, (k + 1) // 2))
+    if folded is not None:
+        terms.append(2 * folded)
+    if k % 2 == 0:
+        terms.append(ys[k // 2] * ys[k // 2])
+    return terms
+
+
 def square_root(x: Array, y0: Array, order: int) -> Array:
     """`y = sqrt(x)` from `y^2 = x`: `y_k = (x_k - sum_{0<i<k} y_i y_{k-i}) / (2 y_0)`.
 
@@ -342,11 +354,9 @@ def square_root(x: Array, y0: Array, order: int) -> Array:
     ys = [computed_once(jnp.asarray(y0, dtype), one)]
     reciprocal = 1 / (2 * shielded(ys[0]))  # one division, then products (`_divide_rows`)
     for k in range(1, order + 1):
-        folded = dot_rows((ys[i], ys[k - i]) for i in range(1, (k + 1) // 2))
-        square = 2 * folded if folded is not None else None
-        if k % 2 == 0:
-            middle = ys[k // 2] * ys[k // 2]
-            square = middle if square is None else square + middle
+        square = None
+        for term in folded_square_terms(ys, k):
+            square = term if square is None else square + term
         top = xs[k]
         if square is not None:
             top = -square if top is None else top - square
@@ -434,13 +444,11 @@ def _riccati(x: Array, y0, slope, linear: float, order: int, rows_once: bool) ->
         else:
             ys.append(computed_once(acc / float(k), one) if rows_once else acc / float(k))
         if k < order:
-            square = dot_rows((ys[i], ys[k - i]) for i in range(1, (k + 1) // 2))
-            square = 2 * square if square is not None else None
-            middle = ys[k // 2] * ys[k // 2] if k % 2 == 0 else None
+            terms = folded_square_terms(ys, k)
             # (linear - 2 y_0) y_k: one product, as `2 y_0 y_k` alone was for tanh.
             total = (2 * ys[0] - linear) * ys[k] if linear else 2 * ys[0] * ys[k]
-            for part in (square, middle):
-                total = total if part is None else total + part
+            for term in terms:
+                total = total + term
             # Not computed once: a few products that XLA fuses into the next row, cheaper
             # than a buffer written and read back (docs/EMISSION.md, "Recurrences").
             zs.append(-total)
