@@ -254,21 +254,6 @@ def make_jaxpr_explained(fun: Callable, api: str, *args) -> _compat.ClosedJaxpr:
         raise traced_value_error(api, err) from err
 
 
-def trace_scalar(fun: Callable, t, api: str):
-    """Trace `fun(t)` to a jaxpr whose constants are explicit leading inputs."""
-    out_tree_box = []
-
-    def flat(t):
-        out = fun(t)
-        leaves, tree = jax.tree.flatten(out)
-        out_tree_box.append(tree)
-        return leaves
-
-    closed = make_jaxpr_explained(flat, api, t)
-    sub, consts = _compat.consts_to_invars(closed)
-    return sub, consts, out_tree_box[0]
-
-
 def check_order(order, name: str = "order") -> int:
     """Validate a derivative order: a non-negative Python integer."""
     if isinstance(order, bool) or not isinstance(order, (int, np.integer)):
@@ -295,6 +280,14 @@ def trace_leaves(fun: Callable, args: tuple, api: str):
 
     closed = make_jaxpr_explained(flat_fun, api, *flat_args)
     return closed, out_tree_box[0]
+
+
+def trace_scalar(fun: Callable, t, api: str):
+    """Trace `fun(t)` for a scalar array `t` to a jaxpr whose constants are explicit
+    leading inputs; return it, the constants and the output tree."""
+    closed, out_tree = trace_leaves(fun, (t,), api)
+    sub, consts = _compat.consts_to_invars(closed)
+    return sub, consts, out_tree
 
 
 # Compiled Taylor programs of eager calls. Every call traces `fun` again (so a changed
