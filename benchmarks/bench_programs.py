@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import nested_jvp, run_worker
+from harness import nested_jvp, run_process, run_worker
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 NAME = "programs"
@@ -162,28 +161,10 @@ def run_one(
       >>> run_one("solve", "taylax", 4)["status"]  # doctest: +SKIP
       'ok'
     """
-    from harness import error_line
-
     spec = {"case": case, "contender": contender, "order": order, "min_time_s": min_time_s}
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
     start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    status, reason = "ok", None
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, stderr = proc.communicate()
-        status, reason = "timeout", f"exceeded the time limit of {timeout_s:.3g} s"
-    fields: dict[str, Any] = {}
-    for line in stdout.splitlines():
-        try:
-            fields.update(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    if status == "ok" and (proc.returncode != 0 or not fields.get("done")):
-        status = "error"
-        reason = error_line(stderr) or f"the worker exited with status {proc.returncode}"
+    fields, status, reason = run_process(command, timeout_s)
     return {
         "case": case,
         "contender": contender,

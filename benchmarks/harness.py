@@ -330,12 +330,14 @@ _harness._worker(_spec)
 def _spawn(spec: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], str, str | None]:
     """Runs one worker; returns its merged JSON fields, a status and the reason if not ok."""
     spec = {**spec, "harness_path": str(Path(__file__).resolve())}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _BOOTSTRAP, json.dumps(spec)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return run_process([sys.executable, "-c", _BOOTSTRAP, json.dumps(spec)], timeout_s)
+
+
+def run_process(command: list[str], timeout_s: float) -> tuple[dict[str, Any], str, str | None]:
+    """Runs one worker process (`command`) that prints JSON lines (`emit`), ending with
+    `done`; returns its merged fields, a status (`ok`, `timeout`, `error`) and the reason
+    if not ok (with `stderr_tail` among the fields on an error)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     status, reason = "ok", None
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
