@@ -5,7 +5,8 @@ ask about the pass lives in one `PassState`, per thread and context like JAX's o
 state: whether a pass is being traced at all and its order, whether it compiles into one
 kernel (`taylax._one_kernel`), whether it traces the body of a loop, and whether the
 outputs of the equation being evaluated are read only row by row. The emission policy in
-force is JAX trace context (`taylax._policy`), since it must key `jax.jit`'s caches.
+force is `taylax._policy`'s (a user's choice is JAX trace context, to key `jax.jit`'s
+caches; a pass's is not).
 
 Example:
 

@@ -231,9 +231,9 @@ DEFAULT = dataclasses.replace(GPU, name="default")
 _BY_PLATFORM = {"cpu": CPU, "gpu": GPU, "cuda": GPU, "rocm": GPU}
 _BY_NAME = {"cpu": CPU, "gpu": GPU, "default": DEFAULT}
 
-# The policy a user set (`emission_policy`) or a pass is traced with (`pass_scope`): a JAX
-# configuration state, so that JAX's trace and jit caches tell programs traced under two
-# policies apart (`_compat.trace_context_state`); a context variable where JAX has none.
+# The policy a user set (`emission_policy`): a JAX configuration state, so that JAX's trace
+# and jit caches tell programs traced under two policies apart
+# (`_compat.trace_context_state`); a context variable where JAX has none.
 _STATE = _compat.trace_context_state(
     "taylax_emission_policy", "The taylax emission policy in force (taylax.emission_policy)."
 )
@@ -241,8 +241,20 @@ _FALLBACK: contextvars.ContextVar[EmissionPolicy | None] = contextvars.ContextVa
     "taylax_emission_policy", default=None
 )
 
+# The policy a pass is traced with (`pass_scope`): a plain context variable, not JAX trace
+# context. A jitted sub-pass called both outside the pass and inside it would otherwise be
+# traced twice, its copies compiled twice (the nested-derivative recursion's program grew
+# by 1.7x: docs/DERIVATIVES.md). taylax's own caches of what a pass traces
+# (`_rules._calls.jit_per_jaxpr`, `_programs`) key on `current()` themselves.
+_PASS: contextvars.ContextVar[EmissionPolicy | None] = contextvars.ContextVar(
+    "taylax_pass_policy", default=None
+)
+
 
 def _override() -> EmissionPolicy | None:
+    policy = _PASS.get()
+    if policy is not None:
+        return policy
     return _FALLBACK.get() if _STATE is None else _STATE.value
 
 
@@ -351,7 +363,12 @@ def for_pass(jaxpr, order: int) -> EmissionPolicy:
     return current().within_budget(size, order)
 
 
-def pass_scope(policy: EmissionPolicy):
+@contextlib.contextmanager
+def pass_scope(policy: EmissionPolicy) -> Iterator[None]:
     """Trace a pass with `policy` in force (`current()` returns it), and passes inside it
     too (`for_pass`)."""
-    return _overridden(policy)
+    token = _PASS.set(policy)
+    try:
+        yield
+    finally:
+        _PASS.reset(token)
