@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import inspect
+import math
 
 import jax
 import jax.numpy as jnp
@@ -69,6 +70,56 @@ def test_eager_calls_are_current_and_compile_once(call):
     # stale one.
     state["scale"] = -0.5
     np.testing.assert_allclose(call(f), jax.jacfwd(f)(X), rtol=1e-13)
+
+
+# Each entry: (name, call(f) for f from R^3 to R): every operator, eagerly.
+XS = jnp.asarray([0.3, -0.2, 0.5])
+OPERATORS = [
+    ("laplacian", lambda f: taylax.laplacian(f)(XS)),
+    ("laplacian_stochastic", lambda f: taylax.laplacian(f, key=jax.random.key(0), samples=4)(XS)),
+    ("hessian_diagonal", lambda f: taylax.hessian_diagonal(f)(XS)),
+    ("biharmonic", lambda f: taylax.biharmonic(f)(XS)),
+    ("biharmonic_stochastic", lambda f: taylax.biharmonic(f, key=jax.random.key(0), samples=4)(XS)),
+    ("derivative_tensor", lambda f: taylax.derivative_tensor(f, 2)(XS)),
+    ("weighted_laplacian", lambda f: taylax.weighted_laplacian(f, jnp.eye(3))(XS)),
+    ("differential_operator", lambda f: taylax.differential_operator(f, {(2, 0, 0): 1.0})(XS)),
+]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [c for _, c in FIRST_DERIVATIVE] + [c for _, c in OPERATORS],
+    ids=IDS + [name for name, _ in OPERATORS],
+)
+def test_a_changing_0d_closed_over_array_compiles_once(call):
+    # A closed-over 0-d array is an argument of the compiled program, as a larger array
+    # is: a new value (a step size, a time in a loop) reuses the program.
+    def make(w):
+        return lambda x: jnp.sum(jnp.sin(w * x) * jnp.exp(x))
+
+    call(make(jnp.asarray(0.5)))
+    with count_compiles() as compiles:
+        got = [call(make(jnp.asarray(0.5 + 0.01 * i))) for i in range(1, 4)]
+    assert compiles[0] == 0
+    # Current values, not those of the first call's program.
+    for i, value in enumerate(got, start=1):
+        w = 0.5 + 0.01 * i
+        np.testing.assert_allclose(value, call(make(w)), rtol=1e-12)
+
+
+def test_a_closed_over_0d_exponent_stays_exact_at_a_negative_base():
+    # The exponent of a power is read by its rule (an integer-valued one keeps the power
+    # exact at a negative base), so it stays part of the program, keyed by value.
+    def make(p):
+        return lambda x: (x - 1.0) ** p
+
+    for p in (3.0, 4.0):
+        f = make(jnp.asarray(p))
+        got = taylax.derivatives(f, 5)(X)
+        want = [(X - 1.0) ** p] + [
+            math.perm(int(p), n) * (X - 1.0) ** (p - n) if n <= p else 0.0 for n in range(1, 6)
+        ]
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-13, atol=1e-13)
 
 
 def test_eager_program_caches_are_bounded_and_release_programs(monkeypatch):

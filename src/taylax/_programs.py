@@ -292,22 +292,42 @@ def trace_scalar(fun: Callable, t, api: str):
 
 # Compiled Taylor programs of eager calls. Every call traces `fun` again (so a changed
 # global or mutated object is seen), then reuses the program compiled for a jaxpr of the
-# same structure; the jaxpr's array constants are arguments of that program, and scalar
-# ones are part of the key, so no changed value is ever served from a stale program.
+# same structure; the jaxpr's array constants are arguments of that program, and the
+# scalar ones baked in are part of the key, so no changed value is ever served from a
+# stale program.
 _PROGRAMS = ProgramCache()
+
+
+def _consts_read_by_rules(jaxpr) -> set[int]:
+    """Indices of `jaxpr`'s constants whose value a rule reads: the exponent of `pow`
+    (directly or through a dtype conversion), where an integer-valued exponent keeps the
+    power exact at a zero or negative base."""
+    index = {v: i for i, v in enumerate(jaxpr.constvars)}
+    read = set()
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "convert_element_type" and eqn.invars[0] in index:
+            index[eqn.outvars[0]] = index[eqn.invars[0]]
+        elif eqn.primitive.name == "pow" and eqn.invars[1] in index:
+            read.add(index[eqn.invars[1]])
+    return read
 
 
 def cached_program(closed, static: tuple, fun: Callable, make: Callable):
     """The jitted `make(jaxpr)` for `closed`, cached by structure, and its const arguments.
 
-    Returns `(program, consts)`: call `program(consts, *inputs)`. Scalar constants are
-    baked into the program and keyed by value, like Python numbers (which are literals),
-    so rules still see them as concrete (an integer exponent, say); larger ones are
-    arguments, so a new closed-over array reuses the program. The emission policy in force
-    (`taylax.emission_policy`) is part of the key.
+    Returns `(program, consts)`: call `program(consts, *inputs)`. Constants are arguments
+    of the program, so a closed-over array with a new value (a 0-d one too) reuses it; the
+    few scalar constants whose value a rule reads (the exponent of a power) are baked in
+    and keyed by value, like Python numbers (which are literals). The emission policy in
+    force (`taylax.emission_policy`) is part of the key.
     """
     consts = list(closed.consts)
-    baked = {i: c for i, c in enumerate(consts) if np.ndim(c) == 0 and not _compat.is_tracer(c)}
+    read = _consts_read_by_rules(closed.jaxpr)
+    baked = {
+        i: c
+        for i, c in enumerate(consts)
+        if i in read and np.ndim(c) == 0 and not _compat.is_tracer(c)
+    }
     key = closed_key(closed)
     if key is not None:
         # The policy in force shapes the program: one program per policy.
