@@ -29,6 +29,14 @@ def test_a_command_is_required(capsys):
     assert exit_info.value.code == 2
 
 
+def test_explain_without_a_script_names_only_the_script(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["explain"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "required: SCRIPT (the Python script to run" in err and "ARGS" not in err
+
+
 def test_version(capsys):
     import taylax
 

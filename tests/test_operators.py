@@ -433,10 +433,13 @@ def test_errors_name_the_argument():
         taylax.laplacian(f, samples=3)
     with pytest.raises(ValueError, match="`samples` must be a positive"):
         taylax.biharmonic(f, key=jax.random.PRNGKey(0), samples=0)
-    with pytest.raises(ValueError, match="`distribution`"):
-        taylax.laplacian(f, key=jax.random.PRNGKey(0), samples=2, distribution="uniform")(
-            jnp.ones(2)
-        )
+    # The distribution is checked when the operator is built, with or without a key.
+    with pytest.raises(ValueError, match="`distribution` must be 'rademacher' or 'gaussian'"):
+        taylax.laplacian(f, key=jax.random.PRNGKey(0), samples=2, distribution="uniform")
+    with pytest.raises(ValueError, match="`distribution` chooses the random directions"):
+        taylax.laplacian(f, distribution="gaussian")
+    with pytest.raises(TypeError, match="`x`, which must be one array; got a dict"):
+        taylax.laplacian(f)({"a": jnp.ones(2)})
     with pytest.raises(ValueError, match="exactly one of `a` and `factor`"):
         taylax.weighted_laplacian(f)
     with pytest.raises(ValueError, match=r"`a` must be a \(3, 3\) matrix"):
@@ -449,6 +452,52 @@ def test_errors_name_the_argument():
         taylax.derivative_tensor(f, 0)
     with pytest.raises(TypeError, match="callable `fun`"):
         taylax.laplacian(3.0)
+
+
+EMPTY_OPERATORS = [
+    ("laplacian", lambda f: taylax.laplacian(f), lambda h: jnp.trace(h)),
+    (
+        "laplacian_stochastic",
+        lambda f: taylax.laplacian(f, key=jax.random.PRNGKey(0), samples=3),
+        lambda h: jnp.trace(h),
+    ),
+    ("hessian_diagonal", lambda f: taylax.hessian_diagonal(f), lambda h: jnp.diagonal(h)),
+    ("biharmonic", lambda f: taylax.biharmonic(f), lambda h: jnp.trace(h)),
+    (
+        "biharmonic_stochastic",
+        lambda f: taylax.biharmonic(f, key=jax.random.PRNGKey(0), samples=3),
+        lambda h: jnp.trace(h),
+    ),
+    ("derivative_tensor", lambda f: taylax.derivative_tensor(f, 2), lambda h: h),
+    ("weighted_laplacian", lambda f: taylax.weighted_laplacian(f, jnp.zeros((0, 0))), jnp.trace),
+    (
+        "weighted_traced",
+        lambda f: taylax.weighted_laplacian(f, lambda x: jnp.zeros((0, 0))),
+        jnp.trace,
+    ),
+    ("factor", lambda f: taylax.weighted_laplacian(f, factor=jnp.zeros((0, 2))), jnp.trace),
+]
+
+
+@pytest.mark.parametrize(
+    "make, from_hessian", [e[1:] for e in EMPTY_OPERATORS], ids=[e[0] for e in EMPTY_OPERATORS]
+)
+def test_an_empty_x_gives_the_value_of_an_empty_sum(make, from_hessian):
+    # With no entry to differentiate along, every sum over entries is empty: the
+    # operators give what the same sums over `jax.hessian`'s (0, 0) Hessian give.
+    f = lambda x: jnp.sum(jnp.sin(x)) + 1.0  # noqa: E731
+    x = jnp.zeros((0,))
+    want = from_hessian(jax.hessian(f)(x))
+    got = make(f)(x)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_an_empty_x_gives_an_empty_unique_derivative_tensor():
+    indices, values = taylax.derivative_tensor(lambda x: jnp.sum(x**3), 3, unique=True)(
+        jnp.zeros((0,))
+    )
+    assert indices.shape == (0, 0) and values.shape == (0,)
 
 
 def test_multi_indices_enumerate_the_simplex():

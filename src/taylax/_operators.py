@@ -47,7 +47,14 @@ Array = jax.Array
 
 
 def _check_point(x, api: str):
-    x = jnp.asarray(x)
+    try:
+        x = jnp.asarray(x)
+    except (TypeError, ValueError) as err:
+        raise TypeError(
+            f"`{api}` differentiates with respect to `x`, which must be one array; got a "
+            f"{type(x).__name__} that is not one. For a pytree of arrays, pass them as one "
+            "flat array (`jax.flatten_util.ravel_pytree`) and unflatten it inside `fun`."
+        ) from err
     dtype = x.dtype
     if not jnp.issubdtype(dtype, np.floating):
         kind = "complex" if jnp.issubdtype(dtype, np.complexfloating) else "not floating-point"
@@ -99,6 +106,14 @@ def _run(fun, x, args, order, directions, weights, summed, api):
     `sum_d w_d y_K[v_d]`; a pass with `summed=False` takes None only.
     """
     closed, out_tree = trace_leaves(lambda x, *args: fun(x, *args), (x, *args), api)
+    if x.size == 0:
+        # No entry to differentiate along: every directional derivative is zero, and so
+        # is every sum of them (an empty sum), as `jax.hessian` gives.
+        count = directions.shape[0]
+        tops = [
+            jnp.zeros(a.shape if summed else (count, *a.shape), a.dtype) for a in closed.out_avals
+        ]
+        return tops, out_tree
     arg_leaves = jax.tree.leaves(args)
     constant_weight = weights if isinstance(weights, float) else None
     weighted = weights is not None and constant_weight is None
@@ -176,6 +191,9 @@ def _check_samples(key, samples, api: str) -> int:
 # --------------------------------------------------------------------------
 
 
+_DISTRIBUTIONS = ("rademacher", "gaussian")
+
+
 def _draw(key, samples: int, x: Array, distribution: str) -> Array:
     shape = (samples, *x.shape)
     if distribution == "rademacher":
@@ -223,6 +241,17 @@ def laplacian(fun: Callable, *, key=None, samples: int | None = None, distributi
         ```
     """
     count = _check_samples(key, samples, "taylax.laplacian")
+    if distribution not in _DISTRIBUTIONS:
+        raise ValueError(
+            "`taylax.laplacian`: `distribution` must be 'rademacher' or 'gaussian', got "
+            f"{distribution!r}."
+        )
+    if not count and distribution != "rademacher":
+        raise ValueError(
+            "`taylax.laplacian`: `distribution` chooses the random directions of the "
+            "stochastic estimate; pass `key` and `samples` too, or leave `distribution` out "
+            "for the exact Laplacian."
+        )
 
     def evaluate(x, *args):
         # 2 = 2!: the pass sums normalized coefficients y_2 = D^2 f / 2.
@@ -372,7 +401,7 @@ def _exact_biharmonic(fun: Callable, x, args):
     there, else the Laplacian of the Laplacian."""
     closed, out_tree = trace_leaves(lambda x, *args: fun(x, *args), (x, *args), "taylax.biharmonic")
     program, consts = cached_program(closed, ("biharmonic",), fun, _biharmonic.program_of)
-    if program not in _UNSUPPORTED_PROGRAMS:
+    if program not in _UNSUPPORTED_PROGRAMS and x.size:
         try:
             outs = program(consts, x, jax.tree.leaves(args))
             return jax.tree.unflatten(out_tree, outs)
@@ -609,13 +638,16 @@ def derivative_tensor(fun: Callable, order: int, *, unique: bool = False):
     def evaluate(x, *args):
         d = x.size
         indices = _multi_indices(d, order)
+        n = len(indices)  # 0 for an empty `x`: shapes below stay (n, d) and (n, n)
         gamma = np.array([[float(interpolation_weight(i, j)) for j in indices] for i in indices])
-        directions = jnp.asarray(np.array(indices), x.dtype).reshape((-1, *x.shape))
+        gamma = gamma.reshape((n, n))
+        index_array = np.array(indices, dtype=np.int64).reshape((n, d))
+        directions = jnp.asarray(index_array, x.dtype).reshape((n, *x.shape))
         api = "taylax.derivative_tensor"
         tops, tree = _run(fun, x, args, order, directions, None, False, api)
         values = [jnp.tensordot(jnp.asarray(gamma, t.dtype), t, 1) for t in tops]
         if unique:
-            return jnp.asarray(np.array(indices)), jax.tree.unflatten(tree, values)
+            return jnp.asarray(index_array), jax.tree.unflatten(tree, values)
         positions = _unique_positions(d, order, indices)
         full = []
         for v in values:

@@ -46,14 +46,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=120,
         help=f"width of the report table, at least {_MIN_WIDTH} (default 120)",
     )
-    parser.add_argument("script", metavar="SCRIPT", help="the Python script to run")
+    # Optional to argparse, checked in `run_from_args`: a missing SCRIPT before a
+    # REMAINDER positional is reported as "required: SCRIPT, ARGS", and ARGS is not.
+    parser.add_argument("script", metavar="SCRIPT", nargs="?", help="the Python script to run")
     parser.add_argument(
         "args", metavar="ARGS", nargs=argparse.REMAINDER, help="arguments for the script"
     )
+    parser.set_defaults(explain_parser=parser)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Runs the `explain` command; returns the exit status (the script's, or 1 on error)."""
+    if args.script is None:
+        args.explain_parser.error(
+            "the following argument is required: SCRIPT (the Python script to run, "
+            "followed by its own arguments)"
+        )
     return explain(
         args.script, args.args, json_path=args.json, budget=args.budget, width=args.width
     )
