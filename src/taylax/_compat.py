@@ -152,6 +152,26 @@ scan_p = jex_prims.scan_p
 while_p = jex_prims.while_p
 cond_p = jex_prims.cond_p
 
+# The parameters of a `scan` equation that say how its operands split into constants,
+# carry and scanned inputs (and its outputs into carry and stacked outputs): JAX <= 0.10
+# has the counts `num_consts` and `num_carry`; JAX 0.11.0 replaced them by the flat-tree
+# descriptors `ft_in` (consts, carry, xs) and `ft_out` (carry, ys) of
+# jax/_src/lax/control_flow/loops.py (`_scan_impl`, `scan_p.bind` in `scan`).
+SCAN_LAYOUT_PARAMS = frozenset({"num_consts", "num_carry", "ft_in", "ft_out"})
+
+
+def scan_split(params) -> tuple[int, int]:
+    """`(num_consts, num_carry)` of a `scan` equation, from either parameter style.
+
+    The operands are `consts + carry + xs` in this order in both; `ft_in` groups them
+    as a 3-tuple flat tree whose groups may be nested or filtered trees (the jvp rule
+    pairs primals and tangents inside each group), so each group's leaves are counted.
+    """
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+    consts, carry, _ = params["ft_in"].unpack()
+    return len(list(consts)), len(list(carry))
+
 
 def callback_primitives() -> dict[str, Primitive]:
     """The host-callback primitives (`jax.pure_callback`, `io_callback`), by public name."""

@@ -103,13 +103,17 @@ def _split(seq, *sizes):
 
 
 @register_rule(_compat.scan_p)
-def _scan(order, *xs, reverse, length, num_consts, num_carry, jaxpr, unroll, **params):
+def _scan(order, *xs, reverse, length, jaxpr, unroll, **params):
     """`lax.scan` (and a `fori_loop` with a static trip count) re-bound as one `lax.scan`.
 
     Sequences are scanned along their leading axis, so the stacked coefficient
     axis of a sequence (and of a stacked output) moves behind it.
     """
-    del params  # `linear` / `_split_transpose` are hints; lax.scan recomputes them
+    # How the operands split is spelled differently by JAX versions (`_compat.scan_split`);
+    # the other parameters (`linear`, `_split_transpose` in older JAX) are hints that
+    # lax.scan recomputes.
+    num_consts, num_carry = _compat.scan_split(params)
+    del params
     consts, init, seqs = _split(xs, num_consts, num_carry)
     const_deg = tuple(s.degree for s in consts)
     seq_deg = tuple(s.degree for s in seqs)

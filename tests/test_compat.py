@@ -1,0 +1,116 @@
+"""`taylax._compat` across JAX versions: what runs here (JAX 0.10.x) and what is simulated.
+
+JAX 0.11 cannot be installed here, so its layouts are exercised through stand-ins built
+from its source (docs/JAX_VERSIONS.md): the flat-tree descriptors that replaced `scan`'s
+`num_consts`/`num_carry`, and a jaxpr whose constants are leading inputs (`all_invars`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from taylax import _compat
+from taylax._interpret import taylor_rules
+from taylax._series import Series
+
+
+class _FlatTree:
+    """A stand-in for JAX 0.11's `jax._src.flattree.FlatTree` of a scan's operands:
+    `unpack()` gives its groups; iterating it (or a group) gives its leaves."""
+
+    def __init__(self, *groups):
+        self.groups = groups
+
+    def unpack(self):
+        return self.groups
+
+    def __iter__(self):
+        for group in self.groups:
+            yield from group
+
+
+def _scan_eqn(fn, *args):
+    closed = jax.make_jaxpr(fn)(*args)
+    (eqn,) = [e for e in closed.jaxpr.eqns if e.primitive is _compat.scan_p]
+    return eqn
+
+
+def _mixed_scan(c, xs):
+    w = jnp.cos(c)  # closed over by the body: a constant operand
+
+    def body(carry, x):
+        a, b = carry
+        return (a * x + w, jnp.sin(b) * x), a * b
+
+    return lax.scan(body, (c, c * 2), xs)
+
+
+def test_scan_split_reads_both_parameter_styles():
+    eqn = _scan_eqn(_mixed_scan, 0.3, jnp.linspace(0.1, 0.5, 4))
+    num_consts, num_carry = eqn.params["num_consts"], eqn.params["num_carry"]
+    assert _compat.scan_split(eqn.params) == (num_consts, num_carry)
+    num_xs = len(eqn.invars) - num_consts - num_carry
+    # JAX 0.11: groups (consts, carry, xs), a group possibly nested (its jvp rule pairs
+    # primals with tangents inside each group).
+    ft_in = _FlatTree(
+        [None] * num_consts, _FlatTree([None] * (num_carry - 1), [None]), [None] * num_xs
+    )
+    ft_out = _FlatTree([None] * num_carry, [None] * (len(eqn.outvars) - num_carry))
+    assert _compat.scan_split({"ft_in": ft_in, "ft_out": ft_out}) == (num_consts, num_carry)
+
+
+def test_scan_rule_takes_the_flat_tree_parameters():
+    # The scan rule re-bound from a JAX 0.11-style equation gives what it gives from the
+    # equation JAX 0.10 traced.
+    xs = jnp.linspace(0.1, 0.5, 4)
+    eqn = _scan_eqn(_mixed_scan, 0.3, xs)
+    params = dict(eqn.params)
+    num_consts, num_carry = params.pop("num_consts"), params.pop("num_carry")
+    num_xs = len(eqn.invars) - num_consts - num_carry
+    new_style = dict(
+        params,
+        ft_in=_FlatTree([None] * num_consts, [None] * num_carry, [None] * num_xs),
+        ft_out=_FlatTree([None] * num_carry, [None] * (len(eqn.outvars) - num_carry)),
+    )
+    c = np.array([0.3, 0.7, 0.2, -0.1])  # a series in the constant and the carry
+    series = [Series(jnp.asarray(c * (i + 1))) for i in range(num_consts + num_carry)]
+    series += [Series.constant(xs)] * num_xs
+    rule = taylor_rules[_compat.scan_p]
+    old = rule(3, *series, **eqn.params)
+    new = rule(3, *series, **new_style)
+    for a, b in zip(old, new, strict=True):
+        np.testing.assert_array_equal(a.coeffs, b.coeffs)
+
+
+class _MergedJaxpr:
+    """A stand-in for a JAX >= 0.11 jaxpr traced with constants whose values it was not
+    given: after 0.11.0 these are its leading `all_invars` (and `constvars` is empty)."""
+
+    def __init__(self, jaxpr):
+        self.all_invars = [*jaxpr.constvars, *jaxpr.invars]
+        self.constvars, self.invars = [], self.all_invars
+
+
+def test_input_vars_splits_by_the_number_of_constants():
+    w = jnp.arange(3.0)
+    closed = jax.make_jaxpr(lambda x: jnp.sin(x) * w)(jnp.ones(3))
+    jaxpr, consts = _compat.closed_parts(closed)
+    assert len(consts) == 1
+    assert _compat.input_vars(jaxpr, len(consts)) == (jaxpr.constvars, jaxpr.invars)
+    merged = _MergedJaxpr(jaxpr)
+    assert _compat.input_vars(merged, len(consts)) == (jaxpr.constvars, jaxpr.invars)
+
+
+def test_closed_and_open_jaxprs():
+    closed = jax.make_jaxpr(jnp.sin)(1.0)
+    jaxpr = _compat.open_jaxpr(closed)
+    assert _compat.is_jaxpr(closed) and _compat.is_jaxpr(jaxpr)
+    assert _compat.is_closed_jaxpr(closed)
+    assert _compat.open_jaxpr(jaxpr) is jaxpr
+    assert _compat.closed_parts(closed) == (jaxpr, closed.consts)
+    assert not _compat.is_jaxpr(object())
+    if not _compat.JAXPR_HOLDS_CONSTS:  # JAX <= 0.10: two classes
+        assert not _compat.is_closed_jaxpr(jaxpr)
