@@ -2,7 +2,8 @@
 
 JAX 0.11 cannot be installed here, so its layouts are exercised through stand-ins built
 from its source (docs/JAX_VERSIONS.md): the flat-tree descriptors that replaced `scan`'s
-`num_consts`/`num_carry`, and a jaxpr whose constants are leading inputs (`all_invars`).
+`num_consts`/`num_carry`, a jaxpr whose constants are leading inputs (`all_invars`), and
+primitives (`log2`, `one_minus_square`) that the running JAX may or may not define.
 """
 
 from __future__ import annotations
@@ -10,10 +11,16 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
+from jax.interpreters import mlir
 
+import taylax
+from reference import assert_series_close, check_against_oracle
 from taylax import _compat
 from taylax._interpret import taylor_rules
+from taylax._rules._arithmetic import one_minus_square_rule
+from taylax._rules._transcendental import log2_rule
 from taylax._series import Series
 
 
@@ -114,3 +121,44 @@ def test_closed_and_open_jaxprs():
     assert not _compat.is_jaxpr(object())
     if not _compat.JAXPR_HOLDS_CONSTS:  # JAX <= 0.10: two classes
         assert not _compat.is_closed_jaxpr(jaxpr)
+
+
+def test_find_primitive():
+    assert _compat.find_primitive("sin") is lax.sin_p
+    assert _compat.find_primitive("no_such_primitive") is None
+
+
+def _stand_in(name: str, fn):
+    """A primitive named `name` computing `fn` elementwise, as a newer JAX might define it."""
+    prim = _compat.Primitive(name)
+    prim.def_impl(fn)
+    prim.def_abstract_eval(lambda x: _compat.shaped_array(x.shape, x.dtype))
+    mlir.register_lowering(prim, mlir.lower_fun(fn, multiple_results=False))
+    return prim
+
+
+_LOG2 = _stand_in("log2", lambda x: jnp.log(x) / jnp.log(2.0).astype(x.dtype))
+_ONE_MINUS_SQUARE = _stand_in("one_minus_square", lambda x: 1 - x * x)
+taylax.register_rule(_LOG2)(log2_rule(_LOG2))
+taylax.register_rule(_ONE_MINUS_SQUARE)(one_minus_square_rule(_ONE_MINUS_SQUARE))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_log2_rule(dtype):
+    x = np.array([0.4, 1.3, 2.7], dtype)
+    if dtype == np.complex128:
+        x = x + np.array([0.3j, -0.7j, 0.2j])
+    v = np.array([0.5, -1.1, 0.8], dtype)
+    check_against_oracle(_LOG2.bind, x, v, (1, 2, 6), per_point=True, reference=jnp.log2)
+
+
+def test_one_minus_square_rule():
+    x = np.array([-1.3, 0.2, 0.9])
+    v = np.array([0.5, -1.1, 0.8])
+    reference = lambda x: 1 - x * x  # noqa: E731
+    check_against_oracle(
+        _ONE_MINUS_SQUARE.bind, x, v, (1, 2, 6), per_point=True, reference=reference
+    )
+    # The primal is the primitive's own value.
+    out = taylax.derivatives(_ONE_MINUS_SQUARE.bind, 2)(x, v)
+    assert_series_close(np.asarray(out)[0], 1 - x * x)

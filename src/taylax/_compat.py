@@ -147,6 +147,15 @@ def all_primitives() -> dict[str, Primitive]:
     return found
 
 
+def find_primitive(name: str) -> Primitive | None:
+    """The primitive named `name` among `all_primitives()`, or None where JAX has none.
+
+    Rules for primitives that only some JAX versions define are registered through this,
+    so that they exist exactly where the primitive does.
+    """
+    return all_primitives().get(name)
+
+
 # Control flow (used by _rules/_control.py).
 scan_p = jex_prims.scan_p
 while_p = jex_prims.while_p
