@@ -55,40 +55,41 @@ def _mixed_scan(c, xs):
     return lax.scan(body, (c, c * 2), xs)
 
 
+def _both_styles(eqn) -> tuple[dict, dict]:
+    """`eqn`'s parameters with its operand split spelled as JAX <= 0.10 and as JAX 0.11 do."""
+    num_consts, num_carry = _compat.scan_split(eqn.params)
+    num_xs = len(eqn.invars) - num_consts - num_carry
+    num_ys = len(eqn.outvars) - num_carry
+    rest = {k: v for k, v in eqn.params.items() if k not in _compat.SCAN_LAYOUT_PARAMS}
+    old = dict(rest, num_consts=num_consts, num_carry=num_carry)
+    new = dict(
+        rest,
+        ft_in=_FlatTree([None] * num_consts, [None] * num_carry, [None] * num_xs),
+        ft_out=_FlatTree([None] * num_carry, [None] * num_ys),
+    )
+    return old, new
+
+
 def test_scan_split_reads_both_parameter_styles():
     eqn = _scan_eqn(_mixed_scan, 0.3, jnp.linspace(0.1, 0.5, 4))
-    num_consts, num_carry = eqn.params["num_consts"], eqn.params["num_carry"]
-    assert _compat.scan_split(eqn.params) == (num_consts, num_carry)
-    num_xs = len(eqn.invars) - num_consts - num_carry
-    # JAX 0.11: groups (consts, carry, xs), a group possibly nested (its jvp rule pairs
-    # primals with tangents inside each group).
-    ft_in = _FlatTree(
-        [None] * num_consts, _FlatTree([None] * (num_carry - 1), [None]), [None] * num_xs
-    )
-    ft_out = _FlatTree([None] * num_carry, [None] * (len(eqn.outvars) - num_carry))
-    assert _compat.scan_split({"ft_in": ft_in, "ft_out": ft_out}) == (num_consts, num_carry)
+    num_consts, num_carry = _compat.scan_split(eqn.params)
+    # One closed-over constant (w), two carries, one scanned input (in either JAX).
+    assert (num_consts, num_carry, len(eqn.invars)) == (1, 2, 4)
+    old, new = _both_styles(eqn)
+    assert _compat.scan_split(old) == _compat.scan_split(new) == (1, 2)
+    # A group may be a nested tree (JAX 0.11's scan jvp pairs primals with tangents in each).
+    nested = dict(new, ft_in=_FlatTree([None], _FlatTree([None], [None]), [None]))
+    assert _compat.scan_split(nested) == (1, 2)
 
 
-def test_scan_rule_takes_the_flat_tree_parameters():
-    # The scan rule re-bound from a JAX 0.11-style equation gives what it gives from the
-    # equation JAX 0.10 traced.
+def test_scan_rule_takes_both_parameter_styles():
     xs = jnp.linspace(0.1, 0.5, 4)
     eqn = _scan_eqn(_mixed_scan, 0.3, xs)
-    params = dict(eqn.params)
-    num_consts, num_carry = params.pop("num_consts"), params.pop("num_carry")
-    num_xs = len(eqn.invars) - num_consts - num_carry
-    new_style = dict(
-        params,
-        ft_in=_FlatTree([None] * num_consts, [None] * num_carry, [None] * num_xs),
-        ft_out=_FlatTree([None] * num_carry, [None] * (len(eqn.outvars) - num_carry)),
-    )
-    c = np.array([0.3, 0.7, 0.2, -0.1])  # a series in the constant and the carry
-    series = [Series(jnp.asarray(c * (i + 1))) for i in range(num_consts + num_carry)]
-    series += [Series.constant(xs)] * num_xs
+    old, new = _both_styles(eqn)
+    c = np.array([0.3, 0.7, 0.2, -0.1])  # a series in the constant and the carries
+    series = [Series(jnp.asarray(c * (i + 1))) for i in range(3)] + [Series.constant(xs)]
     rule = taylor_rules[_compat.scan_p]
-    old = rule(3, *series, **eqn.params)
-    new = rule(3, *series, **new_style)
-    for a, b in zip(old, new, strict=True):
+    for a, b in zip(rule(3, *series, **old), rule(3, *series, **new), strict=True):
         np.testing.assert_array_equal(a.coeffs, b.coeffs)
 
 
