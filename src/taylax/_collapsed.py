@@ -457,9 +457,9 @@ def _sub_jaxpr(eqn):
     """`(jaxpr, consts)` of a call-like primitive interpreted inline, else None."""
     params = eqn.params
     if eqn.primitive in (_compat.jit_p,):
-        return params["jaxpr"].jaxpr, params["jaxpr"].consts
+        return _compat.closed_parts(params["jaxpr"])
     if eqn.primitive in (_compat.closed_call_p, _compat.custom_vjp_call_p):
-        return params["call_jaxpr"].jaxpr, params["call_jaxpr"].consts
+        return _compat.closed_parts(params["call_jaxpr"])
     if eqn.primitive is _compat.remat_p:
         return params["jaxpr"], ()
     return None
@@ -520,9 +520,10 @@ def eval_with_chains(jaxpr, consts, args, *, wrap, link, expand, apply) -> list:
         found = readers().get(v)
         return bool(found) and all(e is not None and is_elementwise(e) for e in found)
 
-    for v, c in zip(jaxpr.constvars, consts, strict=True):
+    constvars, invars = _compat.input_vars(jaxpr, len(consts))
+    for v, c in zip(constvars, consts, strict=True):
         write(v, wrap(c))
-    for v, a in zip(jaxpr.invars, args, strict=True):
+    for v, a in zip(invars, args, strict=True):
         write(v, a)
 
     for eqn in jaxpr.eqns:

@@ -22,6 +22,58 @@ DropVar = jex_core.DropVar
 check_jaxpr = jex_core.check_jaxpr
 jaxprs_in_params = jex_core.jaxprs_in_params
 
+# --------------------------------------------------------------------------------------
+# Jaxprs and their constants.
+# JAX 0.11.0 merged ClosedJaxpr into Jaxpr (jax/_src/core.py: `ClosedJaxpr = Jaxpr`): a
+# jaxpr holds its constants' values (`consts`), `.jaxpr` is the jaxpr itself (a legacy
+# accessor JAX means to delete), and every jaxpr is an instance of `ClosedJaxpr`. Since
+# then (JAX's main branch after 0.11.0), a jaxpr's `constvars` are exactly its first
+# `len(consts)` inputs, so a jaxpr traced with constants whose values it was not given
+# lists them among its `invars`. Code that reads jaxprs goes through these helpers, which
+# read either layout.
+# --------------------------------------------------------------------------------------
+
+JAXPR_HOLDS_CONSTS: bool = ClosedJaxpr is Jaxpr
+
+
+def is_jaxpr(value) -> bool:
+    """Whether `value` is a jaxpr, closed or open."""
+    return isinstance(value, Jaxpr | ClosedJaxpr)
+
+
+def is_closed_jaxpr(value) -> bool:
+    """Whether `value` is a closed jaxpr: a jaxpr together with its constants' values."""
+    if not JAXPR_HOLDS_CONSTS:
+        return isinstance(value, ClosedJaxpr)
+    # A merged jaxpr is closed when every constant variable has its value attached.
+    return isinstance(value, Jaxpr) and len(value.consts) == len(value.constvars)
+
+
+def open_jaxpr(jaxpr) -> Jaxpr:
+    """The variables and equations of a closed jaxpr (an open jaxpr is returned as is)."""
+    if not JAXPR_HOLDS_CONSTS and isinstance(jaxpr, ClosedJaxpr):
+        return jaxpr.jaxpr
+    return jaxpr
+
+
+def closed_parts(closed) -> tuple[Jaxpr, list]:
+    """`(jaxpr, consts)` of a closed jaxpr, as jaxpr interpreters take them."""
+    return open_jaxpr(closed), closed.consts
+
+
+def input_vars(jaxpr: Jaxpr, num_consts: int) -> tuple[list, list]:
+    """`(constant variables, argument variables)` of `jaxpr` run on `num_consts` constants.
+
+    As `jax.core.eval_jaxpr(jaxpr, consts, *args)` binds them: JAX <= 0.10 pairs `consts`
+    with `jaxpr.constvars`; a merged jaxpr binds `[*consts, *args]` to `all_invars`, whose
+    const/argument boundary is where the values were attached (or not) at construction.
+    """
+    all_invars = getattr(jaxpr, "all_invars", None)
+    if all_invars is None:  # JAX <= 0.10: constvars and invars are separate lists
+        return jaxpr.constvars, jaxpr.invars
+    return all_invars[:num_consts], all_invars[num_consts:]
+
+
 # Primitives that carry sub-programs.
 jit_p = jex_prims.jit_p
 closed_call_p = jex_prims.closed_call_p
@@ -95,10 +147,39 @@ def all_primitives() -> dict[str, Primitive]:
     return found
 
 
+def find_primitive(name: str) -> Primitive | None:
+    """The primitive named `name` among `all_primitives()`, or None where JAX has none.
+
+    Rules for primitives that only some JAX versions define are registered through this,
+    so that they exist exactly where the primitive does.
+    """
+    return all_primitives().get(name)
+
+
 # Control flow (used by _rules/_control.py).
 scan_p = jex_prims.scan_p
 while_p = jex_prims.while_p
 cond_p = jex_prims.cond_p
+
+# The parameters of a `scan` equation that say how its operands split into constants,
+# carry and scanned inputs (and its outputs into carry and stacked outputs): JAX <= 0.10
+# has the counts `num_consts` and `num_carry`; JAX 0.11.0 replaced them by the flat-tree
+# descriptors `ft_in` (consts, carry, xs) and `ft_out` (carry, ys) of
+# jax/_src/lax/control_flow/loops.py (`_scan_impl`, `scan_p.bind` in `scan`).
+SCAN_LAYOUT_PARAMS = frozenset({"num_consts", "num_carry", "ft_in", "ft_out"})
+
+
+def scan_split(params) -> tuple[int, int]:
+    """`(num_consts, num_carry)` of a `scan` equation, from either parameter style.
+
+    The operands are `consts + carry + xs` in this order in both; `ft_in` groups them
+    as a 3-tuple flat tree whose groups may be nested or filtered trees (the jvp rule
+    pairs primals and tangents inside each group), so each group's leaves are counted.
+    """
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+    consts, carry, _ = params["ft_in"].unpack()
+    return len(list(consts)), len(list(carry))
 
 
 def callback_primitives() -> dict[str, Primitive]:
@@ -173,17 +254,16 @@ def consts_to_invars(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
     Constants of a jaxpr traced inside another transformation can be tracers of
     that transformation; as explicit operands they are seen by it.
     """
-    jaxpr = closed.jaxpr
-    if not jaxpr.constvars and not closed.consts:
+    jaxpr, consts = closed_parts(closed)
+    constvars, invars = input_vars(jaxpr, len(consts))
+    if not constvars and not consts:
         return closed, []
     debug = jaxpr.debug_info
     if debug is not None and getattr(debug, "arg_names", None) is not None:
-        names = ("const",) * len(jaxpr.constvars) + tuple(debug.arg_names)
+        names = ("const",) * len(constvars) + tuple(debug.arg_names)
         debug = debug._replace(arg_names=names)
-    converted = Jaxpr(
-        [], [*jaxpr.constvars, *jaxpr.invars], jaxpr.outvars, jaxpr.eqns, jaxpr.effects, debug
-    )
-    return ClosedJaxpr(converted, []), list(closed.consts)
+    converted = Jaxpr([], [*constvars, *invars], jaxpr.outvars, jaxpr.eqns, jaxpr.effects, debug)
+    return ClosedJaxpr(converted, []), list(consts)
 
 
 # --- Multi-device (taylax._rules._parallel) ------------------------------------------------

@@ -12,16 +12,15 @@ import collections
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from jax.extend.core import ClosedJaxpr, Jaxpr
+from . import _compat
+from ._compat import ClosedJaxpr, Jaxpr
 
 __all__ = ["count_equations", "equation_counts"]
 
 
 def _as_jaxpr(jaxpr: Any) -> Jaxpr:
-    if isinstance(jaxpr, ClosedJaxpr):
-        return jaxpr.jaxpr
-    if isinstance(jaxpr, Jaxpr):
-        return jaxpr
+    if _compat.is_jaxpr(jaxpr):
+        return _compat.open_jaxpr(jaxpr)
     raise TypeError(
         "Expected a jax.extend.core.ClosedJaxpr or Jaxpr (for example the result of "
         f"jax.make_jaxpr(f)(x)), but got an object of type {type(jaxpr).__name__}."
@@ -30,10 +29,8 @@ def _as_jaxpr(jaxpr: Any) -> Jaxpr:
 
 def _jaxprs_in(value: Any) -> Iterator[Jaxpr]:
     """Yields every jaxpr held by one equation parameter, looking into containers."""
-    if isinstance(value, ClosedJaxpr):
-        yield value.jaxpr
-    elif isinstance(value, Jaxpr):
-        yield value
+    if _compat.is_jaxpr(value):
+        yield _compat.open_jaxpr(value)
     elif isinstance(value, list | tuple):
         for item in value:
             yield from _jaxprs_in(item)

@@ -101,7 +101,7 @@ def _impl(*args, program, orders):
     # the same function is a new jaxpr object, so look the program up by structure.
     try:
         key = (
-            jaxpr_token(program.closed.jaxpr),
+            jaxpr_token(_compat.open_jaxpr(program.closed)),
             tuple(const_key(c) for c in program.closed.consts),
             orders,
             _policy.current(),
@@ -214,7 +214,7 @@ def _note_needed_order(sub: _compat.ClosedJaxpr, order: int) -> None:
         return
     _NEEDED_ORDER[sub] = order
     uses = []
-    for eqn in sub.jaxpr.eqns:
+    for eqn in _compat.open_jaxpr(sub).eqns:
         if eqn.primitive is derivative_p:
             needed = order + max(eqn.params["orders"], default=0)
             uses.append((needed, eqn.params["program"].closed))
@@ -243,7 +243,7 @@ def _unit_seed_series(
     def taylor_call(sub, *args):
         *consts, t0 = args
         inputs = [Series.constant(c) for c in consts] + [Series(unit_seed(t0, scale))]
-        return as_outputs(eval_jaxpr_series(sub.jaxpr, sub.consts, inputs, order))
+        return as_outputs(eval_jaxpr_series(*_compat.closed_parts(sub), inputs, order))
 
     key = (order, len(consts), scale)
     fn = jit_per_jaxpr(_UNIT_SEED_CALLS, sub, key, taylor_call, f"taylor_derivative_{order}")
@@ -342,7 +342,7 @@ def _derivative_rule(order, *xs, program, orders):
     primals = [x.primal for x in xs]
     fn = functools.partial(evaluate, program=program, orders=orders)
     closed = jax.make_jaxpr(fn)(*primals)
-    return eval_jaxpr_series(closed.jaxpr, closed.consts, list(xs), order)
+    return eval_jaxpr_series(*_compat.closed_parts(closed), list(xs), order)
 
 
 # --------------------------------------------------------------------------
@@ -368,7 +368,7 @@ def _canonical(sub: _compat.ClosedJaxpr, orders: tuple[int, ...]):
     derivative adds the orders: `derivative(derivative(f))` is one primitive.
     """
     while not sub.consts:
-        eqn = _forwards_all(sub.jaxpr)
+        eqn = _forwards_all(_compat.open_jaxpr(sub))
         if eqn is None:
             break
         if eqn.primitive is _compat.jit_p:

@@ -43,7 +43,8 @@ def is_elementwise(eqn) -> bool:
     if eqn.primitive in ELEMENTWISE:
         return True
     if eqn.primitive is _compat.custom_jvp_call_p:
-        return all(is_elementwise(e) for e in eqn.params["call_jaxpr"].jaxpr.eqns)
+        body = _compat.open_jaxpr(eqn.params["call_jaxpr"])
+        return all(is_elementwise(e) for e in body.eqns)
     return False
 
 

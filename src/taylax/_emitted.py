@@ -22,9 +22,10 @@ def _eval_expanded(jaxpr: _compat.Jaxpr, consts, args) -> list:
     def read(v):
         return v.val if isinstance(v, _compat.Literal) else env[v]
 
-    for v, x in zip(jaxpr.constvars, consts, strict=True):
+    constvars, invars = _compat.input_vars(jaxpr, len(consts))
+    for v, x in zip(constvars, consts, strict=True):
         env[v] = x
-    for v, x in zip(jaxpr.invars, args, strict=True):
+    for v, x in zip(invars, args, strict=True):
         env[v] = x
     for eqn in jaxpr.eqns:
         ins = [read(v) for v in eqn.invars]
@@ -43,7 +44,7 @@ def _eval_expanded(jaxpr: _compat.Jaxpr, consts, args) -> list:
 
 def _expanded_jit(closed: _compat.ClosedJaxpr):
     def expanded(closed, *args):
-        return _eval_expanded(closed.jaxpr, closed.consts, args)
+        return _eval_expanded(*_compat.closed_parts(closed), args)
 
     return jit_per_jaxpr(_EXPANDED_JITS, closed, None, expanded, "expanded")
 
@@ -72,7 +73,7 @@ def emitted_jaxpr(fun: Callable, *args) -> _compat.ClosedJaxpr:
         False
     """
     closed = jax.make_jaxpr(fun)(*args)
-    return jax.make_jaxpr(lambda *a: _eval_expanded(closed.jaxpr, closed.consts, a))(
+    return jax.make_jaxpr(lambda *a: _eval_expanded(*_compat.closed_parts(closed), a))(
         *jax.tree.leaves(args)
     )
 
@@ -81,7 +82,7 @@ def sub_jaxprs(eqn: _compat.JaxprEqn) -> list[_compat.Jaxpr]:
     """The sub-jaxprs of an equation, a derivative's program included."""
     subs = list(_compat.jaxprs_in_params(eqn.params))
     if eqn.primitive is derivative_p:
-        subs.append(eqn.params["program"].closed.jaxpr)
+        subs.append(_compat.open_jaxpr(eqn.params["program"].closed))
     return subs
 
 
@@ -104,4 +105,4 @@ def count_unique_equations(closed: _compat.ClosedJaxpr) -> int:
                 total += count(sub)
         return total
 
-    return count(closed.jaxpr)
+    return count(_compat.open_jaxpr(closed))

@@ -311,9 +311,10 @@ def _eval_jaxpr_series(
         if not isinstance(v, _compat.DropVar):
             env[v] = value
 
-    for v, c in zip(jaxpr.constvars, consts, strict=True):
+    constvars, invars = _compat.input_vars(jaxpr, len(consts))
+    for v, c in zip(constvars, consts, strict=True):
         write(v, Series.constant(c))
-    for v, a in zip(jaxpr.invars, args, strict=True):
+    for v, a in zip(invars, args, strict=True):
         write(v, a)
 
     groups = _shared_call_groups(jaxpr)

@@ -144,7 +144,7 @@ def _output_row_buffers(closed, order: int, policy) -> tuple[int, int]:
     if order <= policy.fused_concat_max_operands:
         return 0, 0
     rows, size = 0, 0
-    for var in closed.jaxpr.outvars:
+    for var in closed.outvars:
         aval = var.aval
         if aval.ndim and aval.shape[0] == order + 1 and jnp.issubdtype(aval.dtype, jnp.inexact):
             rows += order
@@ -226,7 +226,7 @@ def _impl(*args, program):
 
 def _abstract_eval(*avals, program):
     del avals
-    return [_compat.shaped_array(v.aval.shape, v.aval.dtype) for v in program.closed.jaxpr.outvars]
+    return [_compat.shaped_array(v.aval.shape, v.aval.dtype) for v in program.closed.outvars]
 
 
 def _jvp(primals, tangents, *, program):

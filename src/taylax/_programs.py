@@ -45,7 +45,7 @@ class Program:
         return id(self.closed)
 
     def __repr__(self) -> str:
-        jaxpr = self.closed.jaxpr
+        jaxpr = _compat.open_jaxpr(self.closed)
         return f"<program: {len(jaxpr.invars)} inputs, {len(jaxpr.eqns)} equations>"
 
 
@@ -128,9 +128,10 @@ def const_key(c):
 
 
 def _value_key(v):
-    if isinstance(v, _compat.ClosedJaxpr):
-        return ("closed", jaxpr_token(v.jaxpr), tuple(const_key(c) for c in v.consts))
-    if isinstance(v, _compat.Jaxpr):
+    if _compat.is_closed_jaxpr(v):
+        jaxpr, consts = _compat.closed_parts(v)
+        return ("closed", jaxpr_token(jaxpr), tuple(const_key(c) for c in consts))
+    if _compat.is_jaxpr(v):
         return ("jaxpr", jaxpr_token(v))
     if isinstance(v, Program):
         return ("program", _value_key(v.closed))
@@ -205,7 +206,7 @@ def closed_key(closed: _compat.ClosedJaxpr):
     when the jaxpr cannot be keyed (it holds a tracer).
     """
     try:
-        return jaxpr_token(closed.jaxpr)
+        return jaxpr_token(_compat.open_jaxpr(closed))
     except Uncacheable:
         return None
 
@@ -335,7 +336,7 @@ def cached_program(closed, static: tuple, fun: Callable, make: Callable):
         key = (static, _policy.current(), key, baked_key)
 
     def build():
-        inner = make(closed.jaxpr)
+        inner = make(_compat.open_jaxpr(closed))
 
         def program(passed, *inputs):
             rest = iter(passed)

@@ -13,10 +13,10 @@ from ._passes import optimize
 
 
 def _check_closed(closed_jaxpr: Any) -> None:
-    if not isinstance(closed_jaxpr, _compat.ClosedJaxpr):
+    if not _compat.is_closed_jaxpr(closed_jaxpr):
         hint = (
             " (wrap an open Jaxpr as jax.extend.core.ClosedJaxpr(jaxpr, consts))"
-            if isinstance(closed_jaxpr, _compat.Jaxpr)
+            if _compat.is_jaxpr(closed_jaxpr)
             else ""
         )
         raise TypeError(

@@ -44,13 +44,16 @@ def dce_jaxpr(jaxpr, consts, *, prune_constvars: bool = True):
         live.update(a for a in eqn.invars if _ir.is_var(a))
     if not changed and not prune_constvars:
         return jaxpr, consts, False
-    constvars, new_consts = list(jaxpr.constvars), list(consts)
+    constvars, invars = _compat.input_vars(jaxpr, len(consts))
+    constvars, new_consts = list(constvars), list(consts)
     if prune_constvars:
-        pairs = [(v, c) for v, c in zip(jaxpr.constvars, consts) if v in live]
+        pairs = [(v, c) for v, c in zip(constvars, consts) if v in live]
         if len(pairs) != len(constvars):
             changed = True
             constvars, new_consts = [p[0] for p in pairs], [p[1] for p in pairs]
     if not changed:
         return jaxpr, consts, False
-    new = jaxpr.replace(constvars=constvars, eqns=kept_eqns[::-1])
+    # The inputs are given explicitly: where a jaxpr holds its constants' values
+    # (`_compat.input_vars`), its `invars` may include constants whose values it lacks.
+    new = jaxpr.replace(constvars=constvars, invars=list(invars), eqns=kept_eqns[::-1])
     return new, new_consts, True

@@ -52,7 +52,7 @@ def _program_type() -> type:
 
 def sub_jaxprs(value: Any) -> Iterator[Any]:
     """Yields every Jaxpr or ClosedJaxpr held by one parameter value (tuples included)."""
-    if isinstance(value, _compat.ClosedJaxpr | _compat.Jaxpr):
+    if _compat.is_jaxpr(value):
         yield value
     elif isinstance(value, _program_type()):
         yield value.closed
@@ -62,7 +62,7 @@ def sub_jaxprs(value: Any) -> Iterator[Any]:
 
 
 def _open(jaxpr) -> Any:
-    return jaxpr.jaxpr if isinstance(jaxpr, _compat.ClosedJaxpr) else jaxpr
+    return _compat.open_jaxpr(jaxpr)
 
 
 # Per-jaxpr facts, computed once: (contains a kept equation, contains prevent_cse).
@@ -112,7 +112,7 @@ def map_params(params: dict, fn: Callable[[Any], Any]) -> dict:
 
     def visit(value):
         nonlocal changed
-        if isinstance(value, _compat.ClosedJaxpr | _compat.Jaxpr):
+        if _compat.is_jaxpr(value):
             new = fn(value)
             changed = changed or new is not value
             return new
@@ -196,10 +196,10 @@ _SMALL_CONST = 1024  # constants up to this many elements are keyed by value, ot
 
 def value_key(value: Any) -> Any:
     """A hashable key of a parameter value: structural for sub-jaxprs, by value otherwise."""
-    if isinstance(value, _compat.ClosedJaxpr):
-        consts = tuple(_const_key(c) for c in value.consts)
-        return ("closed", jaxpr_key(value.jaxpr), consts)
-    if isinstance(value, _compat.Jaxpr):
+    if _compat.is_closed_jaxpr(value):
+        jaxpr, consts = _compat.closed_parts(value)
+        return ("closed", jaxpr_key(jaxpr), tuple(_const_key(c) for c in consts))
+    if _compat.is_jaxpr(value):
         return ("jaxpr", jaxpr_key(value))
     if isinstance(value, _program_type()):
         return ("program", value_key(value.closed))

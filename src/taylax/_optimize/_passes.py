@@ -33,8 +33,9 @@ class _Driver:
         hit = self.memo.get(id(jaxpr))
         if hit is not None:
             return hit[1]
-        if isinstance(jaxpr, _compat.ClosedJaxpr):
-            new, consts, changed = self.run(jaxpr.jaxpr, jaxpr.consts, top=False, closed=True)
+        if _compat.is_closed_jaxpr(jaxpr):
+            inner, consts = _compat.closed_parts(jaxpr)
+            new, consts, changed = self.run(inner, consts, top=False, closed=True)
             result = _compat.ClosedJaxpr(new, consts) if changed else jaxpr
         else:
             consts = [None] * len(jaxpr.constvars)
@@ -69,7 +70,7 @@ class _Driver:
 def run_passes(closed, steps: Sequence[Step], *, dce: bool, unsafe_math: bool = False):
     """Applies `steps` (and DCE) to a ClosedJaxpr, recursively, to a fixed point."""
     driver = _Driver(steps, dce, unsafe_math)
-    jaxpr, consts, changed = driver.run(closed.jaxpr, closed.consts, top=True, closed=True)
+    jaxpr, consts, changed = driver.run(*_compat.closed_parts(closed), top=True, closed=True)
     return _compat.ClosedJaxpr(jaxpr, consts) if changed else closed
 
 

@@ -32,8 +32,11 @@ class Rewriter:
 
     def __init__(self, jaxpr, consts, *, steps: Sequence[Step], sub_fn, allow_new_consts, unsafe):
         self.jaxpr = jaxpr
+        # Read once: where a jaxpr holds its constants' values, a rewritten one that has
+        # not been given them yet lists its constants among its inputs (`_compat.input_vars`).
+        self.constvars, self.invars = _compat.input_vars(jaxpr, len(consts))
         self.known: dict[Any, Any] = {}
-        for v, c in zip(jaxpr.constvars, consts):
+        for v, c in zip(self.constvars, consts):
             value = None if c is None else _ir.concrete(c)
             if value is not None:
                 self.known[v] = value
@@ -101,7 +104,7 @@ class Rewriter:
 
     def run(self):
         """Rewrites the whole jaxpr; returns `(jaxpr, consts)`."""
-        for v in (*self.jaxpr.constvars, *self.jaxpr.invars):
+        for v in (*self.constvars, *self.invars):
             self._number(v)
         for eqn in self.jaxpr.eqns:
             invars = [self.read(a) for a in eqn.invars]
@@ -116,7 +119,8 @@ class Rewriter:
         if not self.changed:
             return self.jaxpr, self.consts
         jaxpr = self.jaxpr.replace(
-            constvars=[*self.jaxpr.constvars, *self.new_constvars],
+            constvars=[*self.constvars, *self.new_constvars],
+            invars=list(self.invars),
             outvars=outvars,
             eqns=self.eqns,
         )

@@ -236,7 +236,7 @@ def _select_n(rw: Rewriter, eqn) -> Any:
 def _forward_call_outputs(rw: Rewriter, eqn) -> None:
     """Outputs of a jit that are its inputs (or literals) are forwarded around the call."""
     closed = eqn.params["jaxpr"]
-    inner = closed.jaxpr
+    inner = _compat.open_jaxpr(closed)
     positions = {v: i for i, v in enumerate(inner.invars)}
     for outer, atom in zip(eqn.outvars, inner.outvars):
         if outer in rw.sub or isinstance(outer, _compat.DropVar):

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _policy, _series
+from .. import _compat, _policy, _series
 from .._interpret import register_rule, row_readers, taylor_rules
 from .._pass import read_row_by_row
 from .._series import Series
@@ -176,6 +176,24 @@ def _mul(order, x, y, **params):
 @register_rule(lax.square_p)
 def _square(order, x, **params):
     return _mul(order, x, x)
+
+
+def one_minus_square_rule(primitive):
+    """The rule of an elementwise `1 - x^2` primitive: the series of `x * x`, negated, with
+    the primitive's own value as the primal (its rounding may differ from `1 - x*x`)."""
+
+    def rule(order, x, **params):
+        square = _square(order, x)
+        return Series(_series.with_primal(-square.coeffs, primitive.bind(x.primal, **params)))
+
+    return rule
+
+
+# Reported for JAX 0.11-0.12 but defined at no tag this was checked against (0.10.2, 0.11.0,
+# main of 2026-08-08): registered only where the running JAX has it (docs/JAX_VERSIONS.md).
+_one_minus_square_p = _compat.find_primitive("one_minus_square")
+if _one_minus_square_p is not None:
+    register_rule(_one_minus_square_p)(one_minus_square_rule(_one_minus_square_p))
 
 
 def _quotient(order, x, y):

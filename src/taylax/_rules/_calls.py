@@ -69,7 +69,7 @@ def transformed_call(closed: _compat.ClosedJaxpr, order: int, degrees: tuple[int
 
     def taylor_call(closed, *arrays):
         inputs = _as_inputs(arrays, degrees)
-        outs = eval_jaxpr_series(closed.jaxpr, closed.consts, inputs, order, one_kernel)
+        outs = eval_jaxpr_series(*_compat.closed_parts(closed), inputs, order, one_kernel)
         return as_outputs(outs)
 
     key = (order, degrees, one_kernel)
@@ -88,7 +88,7 @@ def _jit(order, *xs, jaxpr, name="jit", **params):
 @register_rule(_compat.closed_call_p)
 def _closed_call(order, *xs, call_jaxpr, **params):
     del params
-    return eval_jaxpr_series(call_jaxpr.jaxpr, call_jaxpr.consts, xs, order)
+    return eval_jaxpr_series(*_compat.closed_parts(call_jaxpr), xs, order)
 
 
 def _tangent_series(x: Series, degree: int) -> Series:
@@ -161,7 +161,7 @@ def _custom_jvp_call(order, *xs, call_jaxpr, jvp_jaxpr_fun, num_consts, symbolic
 @register_rule(_compat.custom_vjp_call_p)
 def _custom_vjp_call(order, *xs, call_jaxpr, **params):
     del params
-    return eval_jaxpr_series(call_jaxpr.jaxpr, call_jaxpr.consts, xs, order)
+    return eval_jaxpr_series(*_compat.closed_parts(call_jaxpr), xs, order)
 
 
 @register_rule(_compat.remat_p)
@@ -182,4 +182,4 @@ def _unscaled_fallback(order, *xs, **params):
     # A pass over `taylax.derivatives` at a high order runs the primitive's conditional.
     avals = [jax.ShapeDtypeStruct(np.shape(x.primal), jnp.result_type(x.primal)) for x in xs]
     closed = impl_jaxpr(avals, **params)
-    return eval_jaxpr_series(closed.jaxpr, closed.consts, xs, order)
+    return eval_jaxpr_series(*_compat.closed_parts(closed), xs, order)

@@ -64,7 +64,7 @@ def _out_degrees(closed, degrees: tuple[int, ...], order: int) -> tuple[int, ...
 
         def interpret(*arrays):
             ins = _series(arrays, degrees)
-            return _arrays(eval_jaxpr_series(closed.jaxpr, closed.consts, ins, order))
+            return _arrays(eval_jaxpr_series(*_compat.closed_parts(closed), ins, order))
 
         structs = [_struct(a, d) for a, d in zip(closed.in_avals, degrees)]
         outs = jax.eval_shape(interpret, *structs)
@@ -103,13 +103,17 @@ def _split(seq, *sizes):
 
 
 @register_rule(_compat.scan_p)
-def _scan(order, *xs, reverse, length, num_consts, num_carry, jaxpr, unroll, **params):
+def _scan(order, *xs, reverse, length, jaxpr, unroll, **params):
     """`lax.scan` (and a `fori_loop` with a static trip count) re-bound as one `lax.scan`.
 
     Sequences are scanned along their leading axis, so the stacked coefficient
     axis of a sequence (and of a stacked output) moves behind it.
     """
-    del params  # `linear` / `_split_transpose` are hints; lax.scan recomputes them
+    # How the operands split is spelled differently by JAX versions (`_compat.scan_split`);
+    # the other parameters (`linear`, `_split_transpose` in older JAX) are hints that
+    # lax.scan recomputes.
+    num_consts, num_carry = _compat.scan_split(params)
+    del params
     consts, init, seqs = _split(xs, num_consts, num_carry)
     const_deg = tuple(s.degree for s in consts)
     seq_deg = tuple(s.degree for s in seqs)
@@ -123,7 +127,7 @@ def _scan(order, *xs, reverse, length, num_consts, num_carry, jaxpr, unroll, **p
     def body(carry, x):
         ins = _series(const_arrays, const_deg) + _series(carry, carry_deg) + _series(x, seq_deg)
         with loop_body():
-            outs = eval_jaxpr_series(jaxpr.jaxpr, jaxpr.consts, ins, order)
+            outs = eval_jaxpr_series(*_compat.closed_parts(jaxpr), ins, order)
         new_carry = [_fit(o, d, a.dtype) for o, d, a in zip(outs, carry_deg, carry_avals)]
         return new_carry, _arrays(outs[num_carry:])
 
@@ -159,14 +163,14 @@ def _while(order, *xs, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
     def predicate(carry):
         primals = [Series.constant(s.primal) for s in _series(carry, carry_deg)]
         (pred,) = eval_jaxpr_series(
-            cond_jaxpr.jaxpr, cond_jaxpr.consts, cond_primals + primals, order
+            *_compat.closed_parts(cond_jaxpr), cond_primals + primals, order
         )
         return pred.primal
 
     def body(carry):
         ins = _series(const_arrays, const_deg) + _series(carry, carry_deg)
         with loop_body():
-            outs = eval_jaxpr_series(body_jaxpr.jaxpr, body_jaxpr.consts, ins, order)
+            outs = eval_jaxpr_series(*_compat.closed_parts(body_jaxpr), ins, order)
         return [_fit(o, d, a.dtype) for o, d, a in zip(outs, carry_deg, carry_avals)]
 
     def cond_fun(carry):
@@ -200,7 +204,8 @@ def _cond(order, index, *ops, branches, **params):
 
     def transformed(branch):
         def run(*arrays):
-            outs = eval_jaxpr_series(branch.jaxpr, branch.consts, _series(arrays, degrees), order)
+            ins = _series(arrays, degrees)
+            outs = eval_jaxpr_series(*_compat.closed_parts(branch), ins, order)
             return [_fit(o, d, a.dtype) for o, d, a in zip(outs, out_deg, out_avals)]
 
         return run

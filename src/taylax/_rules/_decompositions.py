@@ -212,8 +212,7 @@ def _custom_linear_solve(order, *args, const_lengths, jaxprs):
 
         def tail(xm):
             outs = eval_jaxpr_series(
-                matvec.jaxpr,
-                matvec.consts,
+                *_compat.closed_parts(matvec),
                 matvec_consts + [Series.constant(x) for x in xm],
                 order,
             )

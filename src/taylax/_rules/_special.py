@@ -312,7 +312,7 @@ def _reduce(order, *xs, computation, jaxpr, dimensions):
         c = lax.transpose(_series.pad_degree(x.coeffs, order), (0,) + tuple(p + 1 for p in perm))
         return c.reshape(order + 1, size, width)
 
-    combine, axes = _series_reducer(jaxpr.jaxpr, jaxpr.consts, inexact, order)
+    combine, axes = _series_reducer(*_compat.closed_parts(jaxpr), inexact, order)
 
     def init_rows(init: Series, w: bool, count: int):
         row = jnp.broadcast_to(init.primal, (1, count, width))
@@ -425,7 +425,8 @@ def _random_gamma(order, key, a, *, log_space):
     da = _series.derivative_series(a_coeffs)  # (a')_j, degree order - 1
     x = x0[None]
     for m in range(1, order + 1):
-        (g,) = eval_jaxpr_series(grad.jaxpr, grad.consts, [Series(x), Series(a_coeffs[:m])], m - 1)
+        ins = [Series(x), Series(a_coeffs[:m])]
+        (g,) = eval_jaxpr_series(*_compat.closed_parts(grad), ins, m - 1)
         rate = _series.cauchy(_series.pad_degree(g.coeffs, m - 1), da[:m], m - 1)
         x = lax.concatenate([x, rate[m - 1 :] / m], 0)
     return Series(x)

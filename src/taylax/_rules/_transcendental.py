@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _pass, _policy, _series
+from .. import _compat, _pass, _policy, _series
 from .._interpret import register_rule, taylor_rules
 from .._pass import read_row_by_row
 from .._series import Array, Series
@@ -350,6 +350,29 @@ def _log1p_general(order, x):
 
 univariate(lax.log_p, _log_line(False), _log_general)
 univariate(lax.log1p_p, _log_line(True), _log1p_general)
+
+
+def log2_rule(primitive):
+    """The rule of an elementwise base-2 logarithm primitive: `log2(x) = log(x) / log(2)`,
+    so the series of `log x` scaled by `1/log 2` (complex `x` too), with the primitive's
+    own value as the primal."""
+    log_rule = taylor_rules[lax.log_p]
+
+    def rule(order, x, **params):
+        log_x = log_rule(order, x)  # params (e.g. an accuracy) only shape the primal
+        scale = jnp.asarray(1 / math.log(2.0), _series.real_dtype(x.dtype))
+        primal = primitive.bind(x.primal, **params)
+        return Series(_series.with_primal(log_x.coeffs * scale, primal))
+
+    return rule
+
+
+# Reported missing for `expm` on JAX 0.11.2, but defined at no tag this was checked against
+# (0.10.2, 0.11.0, main of 2026-08-08: `jnp.log2` is `log(x) / log(2)` there): registered
+# only where the running JAX has it (docs/JAX_VERSIONS.md).
+_log2_p = _compat.find_primitive("log2")
+if _log2_p is not None:
+    register_rule(_log2_p)(log2_rule(_log2_p))
 
 
 def integral(x: Series, g, y0, order: int) -> Series:
