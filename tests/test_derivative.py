@@ -69,29 +69,32 @@ def test_recursion_emits_a_program_linear_in_depth():
     assert counts[1] <= 3 * counts[0] and counts[2] <= 3 * counts[1], counts
 
 
-def _sub_jaxprs(closed):
-    """Every distinct sub-jaxpr object reachable from `closed` (by identity)."""
-    seen, stack = {}, [closed.jaxpr]
+def _named_sub_jaxprs(closed):
+    """`(name, text)` of every distinct `jit` sub-jaxpr object reachable from `closed`."""
+    seen, found, stack = set(), [], [closed.jaxpr]
     while stack:
         jaxpr = stack.pop()
-        if id(jaxpr) in seen:
-            continue
-        seen[id(jaxpr)] = jaxpr
         for eqn in jaxpr.eqns:
-            stack.extend(getattr(sub, "jaxpr", sub) for sub in jaxprs_in_params(eqn.params))
-    return list(seen.values())
+            for sub in jaxprs_in_params(eqn.params):
+                sub = getattr(sub, "jaxpr", sub)
+                if id(sub) in seen:
+                    continue
+                seen.add(id(sub))
+                stack.append(sub)
+                if "name" in eqn.params and sub.eqns:
+                    found.append((eqn.params["name"], str(sub)))
+    return found
 
 
 def test_recursion_traces_each_level_s_pass_once():
     # A level's jitted pass is reached from outside a pass (the primal of the level above)
     # and from inside one (that level's own pass); both must be the one traced program,
     # or XLA compiles every copy (the emission policy once keyed JAX's trace cache, and
-    # the program at depth 20 grew by 1.7x).
+    # the program at depth 20 grew by 1.7x). The name carries the pass's order.
     t = jnp.asarray(1.0, dtype=complex)
-    subs = _sub_jaxprs(emitted_jaxpr(partial(TAYLAX_RECURSION, k=5), t))
-    texts = [str(jaxpr) for jaxpr in subs if jaxpr.eqns]
-    repeated = {text for text in texts if texts.count(text) > 1}
-    assert not repeated, f"{len(repeated)} sub-programs traced more than once"
+    found = _named_sub_jaxprs(emitted_jaxpr(partial(TAYLAX_RECURSION, k=5), t))
+    repeated = {name for name, text in found if found.count((name, text)) > 1}
+    assert not repeated, f"traced more than once: {sorted(repeated)}"
 
 
 # --------------------------------------------------------------------------------------------

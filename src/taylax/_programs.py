@@ -299,11 +299,12 @@ def trace_scalar(fun: Callable, t, api: str):
 _PROGRAMS = ProgramCache()
 
 
-def _consts_read_by_rules(jaxpr) -> set[int]:
+def _consts_read_by_rules(jaxpr, num_consts: int) -> set[int]:
     """Indices of `jaxpr`'s constants whose value a rule reads: the exponent of `pow`
     (directly or through a dtype conversion), where an integer-valued exponent keeps the
     power exact at a zero or negative base."""
-    index = {v: i for i, v in enumerate(jaxpr.constvars)}
+    constvars, _ = _compat.input_vars(jaxpr, num_consts)
+    index = {v: i for i, v in enumerate(constvars)}
     read = set()
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "convert_element_type" and eqn.invars[0] in index:
@@ -322,8 +323,9 @@ def cached_program(closed, static: tuple, fun: Callable, make: Callable):
     and keyed by value, like Python numbers (which are literals). The emission policy in
     force (`taylax.emission_policy`) is part of the key.
     """
-    consts = list(closed.consts)
-    read = _consts_read_by_rules(closed.jaxpr)
+    jaxpr, consts = _compat.closed_parts(closed)
+    consts = list(consts)
+    read = _consts_read_by_rules(jaxpr, len(consts))
     baked = {
         i: c
         for i, c in enumerate(consts)
@@ -336,7 +338,7 @@ def cached_program(closed, static: tuple, fun: Callable, make: Callable):
         key = (static, _policy.current(), key, baked_key)
 
     def build():
-        inner = make(_compat.open_jaxpr(closed))
+        inner = make(jaxpr)
 
         def program(passed, *inputs):
             rest = iter(passed)
