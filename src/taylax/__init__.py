@@ -41,3 +41,35 @@ from ._policy import (
 )
 from ._series import Series as Series
 from ._version import __version__ as __version__
+
+__all__ = [
+    "biharmonic",
+    "CompileBudgetExceeded",
+    "CPU",
+    "DEFAULT",
+    "derivative",
+    "derivative_tensor",
+    "derivatives",
+    "differential_operator",
+    "emission_policy",
+    "EmissionPolicy",
+    "emitted_jaxpr",
+    "equation_counts",
+    "expect_compiles",
+    "GPU",
+    "hessian_diagonal",
+    "jacfwd",
+    "jet",
+    "laplacian",
+    "make_jaxpr",
+    "optimize_jaxpr",
+    "optimized",
+    "RecompileWarning",
+    "register_rule",
+    "Series",
+    "taylor",
+    "taylor_rules",
+    "TaylorRule",
+    "watch",
+    "weighted_laplacian",
+]

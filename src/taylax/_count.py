@@ -70,7 +70,7 @@ def equation_counts(jaxpr: ClosedJaxpr | Jaxpr) -> collections.Counter[str]:
     Raises:
       TypeError: if ``jaxpr`` is neither a ``ClosedJaxpr`` nor a ``Jaxpr``.
 
-    Example:
+    Examples:
       >>> import jax, jax.numpy as jnp
       >>> from taylax._count import equation_counts
       >>> counts = equation_counts(jax.make_jaxpr(lambda x: jnp.sin(x) * x)(1.0))
@@ -96,7 +96,7 @@ def count_equations(jaxpr: ClosedJaxpr | Jaxpr) -> int:
     Raises:
       TypeError: if ``jaxpr`` is neither a ``ClosedJaxpr`` nor a ``Jaxpr``.
 
-    Example:
+    Examples:
       >>> import jax, jax.numpy as jnp
       >>> from taylax._count import count_equations
       >>> count_equations(jax.make_jaxpr(jax.jit(lambda x: jnp.sin(x) * x))(1.0))

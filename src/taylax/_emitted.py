@@ -64,7 +64,7 @@ def emitted_jaxpr(fun: Callable, *args) -> _compat.ClosedJaxpr:
     Returns:
       A `jax.core.ClosedJaxpr` over the flat leaves of `args`.
 
-    Example:
+    Examples:
 
         >>> import jax.numpy as jnp, taylax
         >>> d3 = taylax.derivative(taylax.derivative(taylax.derivative(jnp.sin)))

@@ -27,12 +27,37 @@ class TaylorRule(Protocol):
     `series_in[i]` is a `Series` whose degree is at most `K` (constants have
     degree 0). The rule returns one `Series` (a list for primitives with
     multiple results) whose coefficient 0 is what the primitive itself returns.
+
+    !!! Example
+
+        ```python
+        import taylax
+
+
+        def negate_rule(order: int, x: taylax.Series) -> taylax.Series:
+            return taylax.Series(-x.coeffs)  # a linear primitive acts on every coefficient
+
+
+        rule: taylax.TaylorRule = negate_rule
+        ```
     """
 
     def __call__(self, order: int, *series_in: Series, **params) -> Series | list[Series]: ...
 
 
 taylor_rules: dict[_compat.Primitive, TaylorRule] = {}
+"""The Taylor rule of each primitive: `taylax.register_rule` adds to it.
+
+!!! Example
+
+    ```python
+    import jax
+    import taylax
+
+    jax.lax.sin_p in taylax.taylor_rules  # True
+    len(taylax.taylor_rules)              # the number of primitives with a rule
+    ```
+"""
 
 
 def register_rule(primitive: _compat.Primitive) -> Callable[[TaylorRule], TaylorRule]:

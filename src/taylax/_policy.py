@@ -101,7 +101,7 @@ class EmissionPolicy:
     (counted up to `unroll_max_order`); a larger pass takes `compact()` (stacks, dots,
     loops): see `within_budget`. None disables it.
 
-    Example:
+    Examples:
 
         >>> import dataclasses, taylax
         >>> p = dataclasses.replace(taylax.CPU, name="no-rows", rows_max_order=0)
@@ -208,6 +208,21 @@ class EmissionPolicy:
 
 # XLA:CPU: the constants measured on the 2-core CPU (docs/EMISSION.md, "CPU").
 CPU = EmissionPolicy(name="cpu")
+"""The policy for XLA:CPU: cache-sized buffers, rows XLA:CPU fuses, loops that keep the state
+in cache, chunks of points and blocks of directions (docs/EMISSION.md, "CPU").
+
+!!! Example
+
+    ```python
+    import dataclasses
+
+    import taylax
+
+    with taylax.emission_policy(taylax.CPU):  # what a CPU gets by default
+        ...
+    mine = dataclasses.replace(taylax.CPU, name="mine", rows_max_order=4)
+    ```
+"""
 
 # GPUs: straight-line code that XLA fuses; no loop over coefficients, elements or points,
 # no value marked for a buffer (docs/EMISSION.md, "GPU").
@@ -224,9 +239,36 @@ GPU = EmissionPolicy(
     mark_values=False,
     blocked_directions=False,
 )
+"""The policy for XLA:GPU (`gpu`, `cuda`, `rocm`): straight-line code that XLA fuses into few
+kernels; no loop over coefficients, elements or points, no buffer marks.
+
+!!! Example
+
+    ```python
+    import jax
+    import jax.numpy as jnp
+    import taylax
+
+    d = jax.jit(taylax.derivatives(jnp.sin, 8))
+    with taylax.emission_policy(taylax.GPU):  # a GPU's program, on any machine
+        d(0.3)
+    ```
+"""
 
 # Any other platform (TPU, plugins): the GPU's choices, which keep no CPU-only loop.
 DEFAULT = dataclasses.replace(GPU, name="default")
+"""The policy for any other platform (TPU, plugins): the GPU's choices, no CPU-only loop;
+not measured.
+
+!!! Example
+
+    ```python
+    import taylax
+
+    with taylax.emission_policy("default"):  # the same as taylax.DEFAULT
+        ...
+    ```
+"""
 
 _BY_PLATFORM = {"cpu": CPU, "gpu": GPU, "cuda": GPU, "rocm": GPU}
 _BY_NAME = {"cpu": CPU, "gpu": GPU, "default": DEFAULT}

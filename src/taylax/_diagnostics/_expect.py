@@ -11,7 +11,26 @@ from ._watch import Watch, event_matcher
 
 
 class CompileBudgetExceeded(AssertionError):
-    """More compiles happened inside `expect_compiles` than it allowed."""
+    """More compiles happened inside `expect_compiles` than it allowed.
+
+    An `AssertionError`, so that pytest reports it as a failed check; its message lists
+    each compile's function, cause and detail.
+
+    !!! Example
+
+        ```python
+        import jax
+        import jax.numpy as jnp
+        import taylax
+
+        f = jax.jit(lambda x: x + 1)
+        try:
+            with taylax.expect_compiles(max=0):
+                f(jnp.ones(3))  # a first call compiles
+        except taylax.CompileBudgetExceeded as error:
+            print(error)  # names `<lambda>` and the cause, first_call
+        ```
+    """
 
 
 class ExpectCompiles(Watch):
@@ -82,7 +101,7 @@ def expect_compiles(max: int = 1, *, function: Any = None) -> ExpectCompiles:
     Returns:
       The active watch (``.events``, ``.summary()``, ... are available inside and after).
 
-    Example:
+    Examples:
       >>> import jax, jax.numpy as jnp, taylax
       >>> f = jax.jit(lambda x: x + 1)
       >>> _ = f(jnp.ones(3))                  # compiled here, outside the check

@@ -103,7 +103,7 @@ class Watch:
     def summary(self) -> list[FunctionSummary]:
         """One `FunctionSummary` per function (name and code location), most costly first.
 
-        Example:
+        Examples:
           >>> with taylax.watch() as log:                      # doctest: +SKIP
           ...     f(x)
           >>> [(s.function, s.compiles) for s in log.summary()]  # doctest: +SKIP
@@ -137,7 +137,7 @@ class Watch:
         Returns:
           The table and the reasons, as text.
 
-        Example:
+        Examples:
           >>> with taylax.watch() as log:  # doctest: +SKIP
           ...     for n in range(3):
           ...         jax.jit(lambda x: x * n)(1.0)
@@ -158,7 +158,7 @@ class Watch:
         Returns:
           The JSON text.
 
-        Example:
+        Examples:
           >>> data = json.loads(log.to_json())  # doctest: +SKIP
           >>> data["events"][0]["cause"]        # doctest: +SKIP
           'first_call'
@@ -258,7 +258,7 @@ def watch(*, recompile_budget: int | None = 10, all_threads: bool = False) -> Wa
     Returns:
       A `Watch`: the log (``.events``, ``.summary()``, ``.report()``, ``.to_json()``).
 
-    Example:
+    Examples:
       >>> import jax, jax.numpy as jnp, taylax
       >>> f = jax.jit(lambda x: x * 2)
       >>> with taylax.watch() as log:

@@ -46,7 +46,7 @@ def optimize_jaxpr(closed_jaxpr: Any, *, unsafe_math: bool = False) -> Any:
     Raises:
       TypeError: if ``closed_jaxpr`` is not a ``ClosedJaxpr``.
 
-    Example:
+    Examples:
       >>> import jax, jax.numpy as jnp, taylax
       >>> f = lambda x, y: jnp.sin(x / y) + x / y * 1.0
       >>> str(taylax.optimize_jaxpr(jax.make_jaxpr(f)(1.0, 2.0))).count("div")
@@ -78,7 +78,7 @@ def make_jaxpr(
     Raises:
       TypeError: if ``fun`` is not callable.
 
-    Example:
+    Examples:
       >>> import jax.numpy as jnp, taylax
       >>> jaxpr = taylax.make_jaxpr(lambda x: jnp.exp(x) * jnp.exp(x))(1.0)
       >>> sorted(taylax.equation_counts(jaxpr).items())
@@ -119,7 +119,7 @@ def optimized(fun: Callable, *, unsafe_math: bool = False) -> Callable:
     Raises:
       TypeError: if ``fun`` is not callable.
 
-    Example:
+    Examples:
       >>> import jax, jax.numpy as jnp, taylax
       >>> f = taylax.optimized(lambda x: jnp.sin(x) * 1.0 + jnp.sin(x))
       >>> float(jax.jit(f)(0.5)) == float(2 * jnp.sin(0.5))

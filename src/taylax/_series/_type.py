@@ -18,6 +18,23 @@ class Series:
     just the primal; each form is derived from the other on demand (and then
     cached) so that constants never emit stacking equations unless a rule needs
     them stacked.
+
+    Taylor rules (`taylax.register_rule`) take and return series. `Series(coeffs)` holds
+    normalized coefficients `x_k = x^(k)/k!` stacked on a leading axis; `coeffs`,
+    `primal`, `degree`, `shape` and `dtype` read them back, and `Series.constant(x)` is a
+    series of degree 0.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+        import taylax
+
+        s = taylax.Series(jnp.array([[1.0, 2.0], [0.5, 0.0], [0.25, 1.0]]))
+        s.degree, s.shape  # (2, (2,)): x(s) = x_0 + x_1 s + x_2 s^2 for two entries
+        s.primal           # [1.0, 2.0], coefficient 0
+        taylax.Series.constant(jnp.ones(2)).degree  # 0
+        ```
     """
 
     __slots__ = ("_coeffs", "_primal")
