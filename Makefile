@@ -10,7 +10,7 @@ SOURCES := src tests benchmarks
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: test test-slow lint bench demo clean
+.PHONY: test test-slow lint bench demo docs clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "Neither python3.11 nor python3 was found on PATH." >&2; exit 1; }
@@ -50,6 +50,15 @@ bench: $(VENV)/.stamp-bench
 
 demo: $(VENV)/.stamp-demo
 	$(BIN)/taylax demo
+
+# The docs site (mkdocs.yml, docs/) into site/: strict, so any warning fails the build; the
+# examples marked `exec="on"` run while it builds.
+$(VENV)/.stamp-docs: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $@
+
+docs: $(VENV)/.stamp-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis taylax_demo.png taylax_demo_recursion.png
