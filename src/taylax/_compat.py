@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax.extend.core as jex_core
 import jax.extend.core.primitives as jex_prims
 from jax import lax
+from jax._src import core as _core
 
 ClosedJaxpr = jex_core.ClosedJaxpr
 Jaxpr = jex_core.Jaxpr
@@ -18,9 +19,16 @@ JaxprEqn = jex_core.JaxprEqn
 Literal = jex_core.Literal
 Primitive = jex_core.Primitive
 Var = jex_core.Var
-DropVar = jex_core.DropVar
-check_jaxpr = jex_core.check_jaxpr
-jaxprs_in_params = jex_core.jaxprs_in_params
+
+
+def _core_name(name: str):
+    # Public in `jax.extend.core` from jax 0.10; in jax 0.9 only in `jax._src.core`.
+    return getattr(jex_core, name, None) or getattr(_core, name)
+
+
+DropVar = _core_name("DropVar")
+check_jaxpr = _core_name("check_jaxpr")
+jaxprs_in_params = _core_name("jaxprs_in_params")
 
 # Primitives that carry sub-programs.
 jit_p = jex_prims.jit_p
@@ -95,6 +103,9 @@ def all_primitives() -> dict[str, Primitive]:
     return found
 
 
+# `lax.stage`, an identity marking a value for staging: new in jax 0.10 (None before).
+stage_p = getattr(lax, "stage_p", None)
+
 # Control flow (used by _rules/_control.py).
 scan_p = jex_prims.scan_p
 while_p = jex_prims.while_p
@@ -128,7 +139,7 @@ def switch(index, branches, operands, branches_platforms=None):
 # --------------------------------------------------------------------------------------
 
 # Public: building new equations, typed literals and fresh variables.
-new_jaxpr_eqn = jex_core.new_jaxpr_eqn
+new_jaxpr_eqn = _core_name("new_jaxpr_eqn")
 jaxpr_as_fun = jex_core.jaxpr_as_fun
 
 
