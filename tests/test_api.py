@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental import jet as jax_jet
-from jax.extend.core import Primitive
 
 import taylax
 from reference import (
@@ -17,6 +16,7 @@ from reference import (
     xla_cpu_only,
 )
 from taylax import _series
+from taylax._compat import Primitive
 from taylax._count import count_equations
 from taylax._pass import read_row_by_row
 

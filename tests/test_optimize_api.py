@@ -11,12 +11,12 @@ import doctest
 import math
 
 import jax
-import jax.extend.core as jex
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import taylax
+from taylax import _compat as jex  # JAX's jaxpr types on every supported JAX
 from taylax._optimize import _api, _passes
 
 

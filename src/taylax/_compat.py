@@ -29,6 +29,7 @@ def _core_name(name: str):
 DropVar = _core_name("DropVar")
 check_jaxpr = _core_name("check_jaxpr")
 jaxprs_in_params = _core_name("jaxprs_in_params")
+subjaxprs = _core_name("subjaxprs")
 
 # Primitives that carry sub-programs.
 jit_p = jex_prims.jit_p
