@@ -30,7 +30,7 @@ from .._series import Series, pad_degree, with_primal
 
 def _lead(spec):
     """The spec of a stacked series: an unsharded coefficient axis in front of `spec`."""
-    return spec.update(partitions=(None, *spec.partitions))
+    return spec.update(partitions=(None, *_compat.spec_partitions(spec)))
 
 
 def _shift_positional(axes):
