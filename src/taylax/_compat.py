@@ -256,6 +256,12 @@ from jax._src.pjit import reshard_p as reshard_p  # noqa: E402
 # Private: the shard_map primitive (re-bound through the public `jax.shard_map`).
 from jax._src.shard_map import shard_map_p as shard_map_p  # noqa: E402
 
+
+def shard_map_manual_axes(params: dict) -> frozenset:
+    """The mesh axes a `shard_map` equation makes manual (`jax.shard_map`'s `axis_names`)."""
+    # jax 0.10 renamed the parameter `manual_axes` to `newly_manual_axes`.
+    return params["newly_manual_axes" if "newly_manual_axes" in params else "manual_axes"]
+
 # Private: the functions of jax._src.pjit that `jax.jit`'s Python dispatch calls by
 # global name on a C++ cache miss: argument inference (every call that reaches Python,
 # nested calls during tracing included), tracing (only on a trace-cache miss), and the
