@@ -262,6 +262,7 @@ def shard_map_manual_axes(params: dict) -> frozenset:
     # jax 0.10 renamed the parameter `manual_axes` to `newly_manual_axes`.
     return params["newly_manual_axes" if "newly_manual_axes" in params else "manual_axes"]
 
+
 # Private: the functions of jax._src.pjit that `jax.jit`'s Python dispatch calls by
 # global name on a C++ cache miss: argument inference (every call that reaches Python,
 # nested calls during tracing included), tracing (only on a trace-cache miss), and the
