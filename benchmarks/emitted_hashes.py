@@ -16,11 +16,24 @@ import sys
 from pathlib import Path
 
 import jax
+import jax.extend.core as jex_core
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.core import jaxprs_in_params
 
 jax.config.update("jax_enable_x64", True)
+
+
+def _jaxprs_in_params(params):
+    """The jaxprs in an equation's params (`jax.extend.core.jaxprs_in_params` from jax 0.10)."""
+    for value in params.values():
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, jex_core.ClosedJaxpr):
+                yield v.jaxpr
+            elif isinstance(v, jex_core.Jaxpr):
+                yield v
+
+
+jaxprs_in_params = getattr(jex_core, "jaxprs_in_params", _jaxprs_in_params)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

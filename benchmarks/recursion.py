@@ -68,7 +68,7 @@ def build(contender: str):
 
 def _equations(contender: str, my_func, t, k: int) -> int:
     import jax
-    from jax.extend.core import jaxprs_in_params
+    import jax.extend.core as jex_core
 
     from taylax import emitted_jaxpr
 
@@ -78,12 +78,21 @@ def _equations(contender: str, my_func, t, k: int) -> int:
     # Each distinct sub-jaxpr once: a `jit` sub-program is lowered once however many
     # call sites it has.
     seen: set[int] = set()
+    # `jaxprs_in_params` is public in `jax.extend.core` from jax 0.10.
+    subs = getattr(jex_core, "jaxprs_in_params", None) or (
+        lambda params: (
+            getattr(v, "jaxpr", v)
+            for value in params.values()
+            for v in (value if isinstance(value, tuple) else (value,))
+            if isinstance(v, (jex_core.Jaxpr, jex_core.ClosedJaxpr))
+        )
+    )
 
     def count(jaxpr) -> int:
         if id(jaxpr) in seen:
             return 0
         seen.add(id(jaxpr))
-        return sum(1 + sum(count(sub) for sub in jaxprs_in_params(e.params)) for e in jaxpr.eqns)
+        return sum(1 + sum(count(sub) for sub in subs(e.params)) for e in jaxpr.eqns)
 
     return count(closed.jaxpr)
 

@@ -308,10 +308,12 @@ def case_params(cases, accepts_complex: Callable[[Any], bool]) -> list:
 
 def all_equations(jaxpr):
     """Every equation of `jaxpr` (a Jaxpr or ClosedJaxpr), sub-jaxprs included, in order."""
+    from taylax import _compat
+
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     for eqn in jaxpr.eqns:
         yield eqn
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+        for sub in _compat.jaxprs_in_params(eqn.params):
             yield from all_equations(sub)
 
 

@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental import jet as jax_jet
-from jax.extend.core import Primitive
 
 import taylax
 from reference import (
@@ -16,7 +15,8 @@ from reference import (
     nested_jvp_derivatives,
     xla_cpu_only,
 )
-from taylax import _series
+from taylax import _compat, _series
+from taylax._compat import Primitive
 from taylax._count import count_equations
 from taylax._pass import read_row_by_row
 
@@ -217,7 +217,7 @@ def test_emitted_jaxpr_type_checks():
         return jax.jit(jnp.tanh)(x) * jnp.exp(x) / (1 + x**2)
 
     closed = jax.make_jaxpr(taylax.derivatives(f, 5))(0.3)
-    jax.extend.core.check_jaxpr(closed.jaxpr)
+    _compat.check_jaxpr(closed.jaxpr)
 
 
 @pytest.mark.parametrize("order", [-1, 1.5, True, "3"])

@@ -12,7 +12,6 @@ missing where `taylax._coverage.NOT_YET` says) otherwise. The reasons live in
 from __future__ import annotations
 
 import jax
-import jax.extend.core as jex
 import jax.extend.core.primitives as jex_primitives
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +21,7 @@ from jax.interpreters import mlir
 
 import taylax
 from reference import assert_series_close, oracle
+from taylax import _compat as jex  # JAX's jaxpr types on every supported JAX
 from taylax._coverage import NO_SERIES, NOT_YET
 from taylax._interpret import taylor_rules
 

@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.extend.core import jaxprs_in_params
 
 import taylax
 from reference import assert_series_close, oracle
+from taylax._compat import jaxprs_in_params
 from taylax._derivative import derivative_p
 from taylax._emitted import count_unique_equations, emitted_jaxpr
 

@@ -11,7 +11,6 @@ import doctest
 import math
 
 import jax
-import jax.extend.core as jex
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -28,38 +27,40 @@ def fnc_jax(x1, x2):
 def _walk(jaxpr):
     for eqn in jaxpr.eqns:
         yield eqn
-        for sub in jex.jaxprs_in_params(eqn.params):
+        for sub in _compat.jaxprs_in_params(eqn.params):
             yield from _walk(sub)
 
 
 def test_fnc_jax_has_one_div_and_one_exp():
     raw = jax.make_jaxpr(fnc_jax)(1.0, 2.0)
     out = taylax.optimize_jaxpr(raw)
-    jex.check_jaxpr(out.jaxpr)
+    _compat.check_jaxpr(out.jaxpr)
     counts = taylax.equation_counts(out)
     assert taylax.equation_counts(raw)["div"] == 3
     assert counts["div"] == 1 and counts["exp"] == 1
-    assert jex.jaxpr_as_fun(out)(1.3, 0.7) == jex.jaxpr_as_fun(raw)(1.3, 0.7)
+    assert _compat.jaxpr_as_fun(out)(1.3, 0.7) == _compat.jaxpr_as_fun(raw)(1.3, 0.7)
 
 
 def test_grad_of_fnc_jax_has_no_mul_by_one_and_no_dead_equation():
     raw = jax.make_jaxpr(jax.grad(fnc_jax, argnums=(0, 1)))(1.0, 2.0)
     out = taylax.optimize_jaxpr(raw)
-    jex.check_jaxpr(out.jaxpr)
+    _compat.check_jaxpr(out.jaxpr)
     mul_by_one = [
         eqn
         for eqn in _walk(raw.jaxpr)
         if eqn.primitive.name == "mul"
-        and any(isinstance(a, jex.Literal) and a.val == 1.0 for a in eqn.invars)
+        and any(isinstance(a, _compat.Literal) and a.val == 1.0 for a in eqn.invars)
     ]
     assert mul_by_one, "the raw gradient should contain a mul by 1.0 for this test to mean much"
     for eqn in _walk(out.jaxpr):
-        assert not any(isinstance(v, jex.DropVar) for v in eqn.outvars)
+        assert not any(isinstance(v, _compat.DropVar) for v in eqn.outvars)
         if eqn.primitive.name == "mul":
-            assert not any(isinstance(a, jex.Literal) and a.val == 1.0 for a in eqn.invars)
+            assert not any(isinstance(a, _compat.Literal) and a.val == 1.0 for a in eqn.invars)
     assert _passes.dce(out) is out  # nothing dead left
     args = (np.float64(1.3), np.float64(0.7))
-    np.testing.assert_array_equal(jex.jaxpr_as_fun(out)(*args), jex.jaxpr_as_fun(raw)(*args))
+    np.testing.assert_array_equal(
+        _compat.jaxpr_as_fun(out)(*args), _compat.jaxpr_as_fun(raw)(*args)
+    )
 
 
 def _nested_jvp(f, order):
@@ -84,12 +85,12 @@ def test_nested_jvp_shrinks_to_a_third_with_equal_values(order):
     f = lambda t: 0.3 * jnp.sin(t) * t**10  # noqa: E731
     raw = jax.make_jaxpr(_nested_jvp(f, order))(1.1)
     out = taylax.optimize_jaxpr(raw)
-    jex.check_jaxpr(out.jaxpr)
+    _compat.check_jaxpr(out.jaxpr)
     assert 3 * taylax.equation_counts(out).total() <= taylax.equation_counts(raw).total()
-    (value,) = jex.jaxpr_as_fun(out)(1.1)
+    (value,) = _compat.jaxpr_as_fun(out)(1.1)
     np.testing.assert_allclose(value, _closed_form(order, 1.1), rtol=1e-12)
     if order == 4:  # the raw program is cheap enough to evaluate here
-        np.testing.assert_array_equal(value, jex.jaxpr_as_fun(raw)(1.1)[0])
+        np.testing.assert_array_equal(value, _compat.jaxpr_as_fun(raw)(1.1)[0])
 
 
 def test_make_jaxpr_optimizes_and_passes_options():
@@ -159,7 +160,7 @@ def test_derivative_programs_are_merged_and_optimized_inside():
     (eqn,) = [e for e in closed.jaxpr.eqns if e.primitive.name == "taylax_derivative"]
     inner = taylax.equation_counts(eqn.params["program"].closed)
     assert inner == {"sin": 1, "mul": 1}
-    jex.check_jaxpr(closed.jaxpr)
+    _compat.check_jaxpr(closed.jaxpr)
     np.testing.assert_allclose(
         taylax.optimized(lambda t: d2(t) + d2(t))(0.3), 2 * d2(0.3), rtol=1e-6
     )

@@ -11,12 +11,12 @@ from __future__ import annotations
 import collections
 
 import jax
-import jax.extend.core as jex
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings, strategies as st
 from jax import lax
 
+from taylax import _compat as jex  # JAX's jaxpr types on every supported JAX
 from taylax._optimize import _passes
 
 N = 3

@@ -6,13 +6,13 @@ from __future__ import annotations
 import collections
 
 import jax
-import jax.extend.core as jex
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
 
 import taylax
+from taylax import _compat as jex  # JAX's jaxpr types on every supported JAX
 from taylax._optimize import _passes
 
 X = np.array([0.5, -1.5, 2.0])

@@ -4,7 +4,6 @@ the jaxprs that taylax emits."""
 from __future__ import annotations
 
 import jax
-import jax.extend.core as jex
 import jax.numpy as jnp
 import mpmath
 import numpy as np
@@ -14,6 +13,7 @@ from jax import lax
 
 import taylax
 from reference import assert_series_close, nested_jvp_derivatives
+from taylax import _compat as jex  # JAX's jaxpr types on every supported JAX
 
 ORDER = 6
 

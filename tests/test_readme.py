@@ -3,6 +3,9 @@
 import pathlib
 import re
 
+import jax
+import pytest
+
 from taylax._coverage import primitive_coverage_markdown
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
@@ -23,6 +26,11 @@ def test_readme_python_blocks_run():
         exec(compile(block, str(README), "exec"), namespace)
 
 
+@pytest.mark.skipif(
+    jax.__version_info__ < (0, 10),
+    reason="The README's primitive list is generated on JAX 0.10, and older JAX exports "
+    "another set of primitives (xla_pmap, but not stage, stack, unstack, mulhi, get, swap).",
+)
 def test_readme_primitive_list_is_generated():
     assert _section(README.read_text(), "primitives") == primitive_coverage_markdown().strip(), (
         "README's supported-primitive list is stale: run `taylax primitives --write-readme`."

@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import io_callback
-from jax.extend.core import ClosedJaxpr, Jaxpr, check_jaxpr, subjaxprs
 
 import taylax
 from reference import (
@@ -32,6 +31,7 @@ from reference import (
     seeded_rng,
 )
 from taylax import _compat
+from taylax._compat import ClosedJaxpr, Jaxpr, check_jaxpr, subjaxprs
 from taylax._count import count_equations, equation_counts
 
 ORDERS = (1, 6)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax.extend.core as jex_core
 import jax.extend.core.primitives as jex_prims
 from jax import lax
+from jax._src import core as _core
 
 ClosedJaxpr = jex_core.ClosedJaxpr
 Jaxpr = jex_core.Jaxpr
@@ -18,9 +19,17 @@ JaxprEqn = jex_core.JaxprEqn
 Literal = jex_core.Literal
 Primitive = jex_core.Primitive
 Var = jex_core.Var
-DropVar = jex_core.DropVar
-check_jaxpr = jex_core.check_jaxpr
-jaxprs_in_params = jex_core.jaxprs_in_params
+
+
+def _core_name(name: str):
+    # Public in `jax.extend.core` from jax 0.10; in jax 0.9 only in `jax._src.core`.
+    return getattr(jex_core, name, None) or getattr(_core, name)
+
+
+DropVar = _core_name("DropVar")
+check_jaxpr = _core_name("check_jaxpr")
+jaxprs_in_params = _core_name("jaxprs_in_params")
+subjaxprs = _core_name("subjaxprs")
 
 # --------------------------------------------------------------------------------------
 # Jaxprs and their constants.
@@ -136,6 +145,12 @@ def _is_out_type_thunk(a) -> bool:
     return callable(a) and "transformation_with_aux" in getattr(a, "__qualname__", "")
 
 
+def eig_vector_derivatives_enabled(params) -> bool:
+    """Whether an `eig` equation opted in to derivatives of its eigenvectors."""
+    # `enable_eigvec_derivs` is new in jax 0.10; jax 0.9 never differentiates eigenvectors.
+    return bool(params.get("enable_eigvec_derivs", False))
+
+
 def all_primitives() -> dict[str, Primitive]:
     """Every primitive exported by `jax.lax` and `jax.extend.core.primitives`."""
     found: dict[str, Primitive] = {}
@@ -155,6 +170,9 @@ def find_primitive(name: str) -> Primitive | None:
     """
     return all_primitives().get(name)
 
+
+# `lax.stage`, an identity marking a value for staging: new in jax 0.10 (None before).
+stage_p = getattr(lax, "stage_p", None)
 
 # Control flow (used by _rules/_control.py).
 scan_p = jex_prims.scan_p
@@ -209,7 +227,7 @@ def switch(index, branches, operands, branches_platforms=None):
 # --------------------------------------------------------------------------------------
 
 # Public: building new equations, typed literals and fresh variables.
-new_jaxpr_eqn = jex_core.new_jaxpr_eqn
+new_jaxpr_eqn = _core_name("new_jaxpr_eqn")
 jaxpr_as_fun = jex_core.jaxpr_as_fun
 
 
@@ -277,6 +295,14 @@ ppermute_p = lax.ppermute_p
 all_gather_p = lax.all_gather_p
 all_to_all_p = lax.all_to_all_p
 ragged_all_to_all_p = lax.ragged_all_to_all_p
+
+
+def spec_partitions(spec) -> tuple:
+    """A `PartitionSpec`'s per-dimension entries (without its reduced/unreduced axes)."""
+    # Public `.partitions` from jax 0.10; jax 0.9 has only the private `_partitions`.
+    return spec.partitions if hasattr(spec, "partitions") else spec._partitions
+
+
 # Private: `pvary` marks a value as varying over manual axes (inserted by JAX under
 # check_vma); a no-op on values.
 from jax._src.core import pvary_p as pvary_p  # noqa: E402
@@ -309,6 +335,13 @@ from jax._src.pjit import reshard_p as reshard_p  # noqa: E402
 
 # Private: the shard_map primitive (re-bound through the public `jax.shard_map`).
 from jax._src.shard_map import shard_map_p as shard_map_p  # noqa: E402
+
+
+def shard_map_manual_axes(params: dict) -> frozenset:
+    """The mesh axes a `shard_map` equation makes manual (`jax.shard_map`'s `axis_names`)."""
+    # jax 0.10 renamed the parameter `manual_axes` to `newly_manual_axes`.
+    return params["newly_manual_axes" if "newly_manual_axes" in params else "manual_axes"]
+
 
 # Private: the functions of jax._src.pjit that `jax.jit`'s Python dispatch calls by
 # global name on a C++ cache miss: argument inference (every call that reaches Python,
@@ -345,16 +378,18 @@ def parse_jit_arguments(args, kwargs, static_argnums, static_argnames):
     `dynamic_arg_names` and `dynamic_arg_treedefs` (one treedef per dynamic argument).
     """
     # Private: jaxlib's own argument parser, so the recorder's key matches JAX's exactly.
+    from jax._src import tree_util
     from jax._src.lib import jax_jit
-    from jax._src.tree_util import tracing_registry
 
+    # jax 0.10 added `tracing_registry`; jax 0.9's jit parses with `default_registry`.
+    registry = getattr(tree_util, "tracing_registry", None) or tree_util.default_registry
     return jax_jit.parse_arguments(
         args,
         tuple(kwargs.values()),
         tuple(kwargs.keys()),
         static_argnums,
         static_argnames,
-        tracing_registry,
+        registry,
     )
 
 
@@ -363,7 +398,26 @@ def trace_context_names() -> tuple[str, ...]:
     # Private: JAX exposes no public view of the trace context.
     from jax._src import config
 
+    if not hasattr(config.config_ext, "trace_context_names"):  # jaxlib < 0.10
+        return _probed_trace_context_names(config)
     return tuple(config.trace_context_names())
+
+
+def _probed_trace_context_names(config) -> tuple[str, ...]:
+    # jax 0.9's jaxlib cannot name the trace context's entries: find each config state's
+    # position by swapping a marker into it (thread-locally) and reading the context.
+    holders = [*vars(config).items(), *config.config._value_holders.items()]
+    states = {id(v): (k, v) for k, v in holders if isinstance(v, config.config_ext.Config)}
+    names = {}
+    for name, state in states.values():
+        marker = object()
+        previous = state.swap_local(marker)
+        try:
+            context = config.trace_context()
+        finally:
+            state.set_local(previous)
+        names.update((i, name) for i, x in enumerate(context) if x is marker)
+    return tuple(names.get(i, f"#{i}") for i in range(len(config.trace_context())))
 
 
 def trace_context() -> tuple:

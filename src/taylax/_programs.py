@@ -305,11 +305,15 @@ def _consts_read_by_rules(jaxpr, num_consts: int) -> set[int]:
     power exact at a zero or negative base."""
     constvars, _ = _compat.input_vars(jaxpr, num_consts)
     index = {v: i for i, v in enumerate(constvars)}
+
+    def is_const(atom) -> bool:  # a Literal (unhashable) is never one
+        return not isinstance(atom, _compat.Literal) and atom in index
+
     read = set()
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "convert_element_type" and eqn.invars[0] in index:
+        if eqn.primitive.name == "convert_element_type" and is_const(eqn.invars[0]):
             index[eqn.outvars[0]] = index[eqn.invars[0]]
-        elif eqn.primitive.name == "pow" and eqn.invars[1] in index:
+        elif eqn.primitive.name == "pow" and is_const(eqn.invars[1]):
             read.add(index[eqn.invars[1]])
     return read
 

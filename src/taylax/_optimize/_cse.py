@@ -26,6 +26,16 @@ def _operand_key(rw: Rewriter, atom) -> tuple:
     return (1, _ir.literal_key(atom))
 
 
+def _context_key(ctx) -> Any:
+    """Equal equation contexts merge, even as distinct objects (JAX may make one per
+    equation); an unhashable context only merges with itself."""
+    try:
+        hash(ctx)
+    except TypeError:
+        return ("id", id(ctx))
+    return ctx
+
+
 def eqn_key(rw: Rewriter, eqn) -> Any:
     """The hash-consing key of `eqn` (inputs already substituted)."""
     operands = [_operand_key(rw, a) for a in eqn.invars]
@@ -37,7 +47,7 @@ def eqn_key(rw: Rewriter, eqn) -> Any:
         tuple(operands),
         _ir.params_key(eqn.params, ignore),
         tuple(v.aval for v in eqn.outvars),
-        id(eqn.ctx),
+        _context_key(eqn.ctx),
     )
 
 

@@ -469,7 +469,7 @@ def _eig_kernel(a, v0, w0, *, order):
 @register_rule(lax_linalg.eig_p)
 def _eig(order, a, *, compute_left_eigenvectors, compute_right_eigenvectors, **params):
     wants_vectors = compute_left_eigenvectors or compute_right_eigenvectors
-    if wants_vectors and not params["enable_eigvec_derivs"]:
+    if wants_vectors and not _compat.eig_vector_derivatives_enabled(params):
         raise NotImplementedError(
             "Derivatives of the eigenvectors of a general (non-symmetric) matrix are only "
             "valid under assumptions JAX cannot check (distinct eigenvalues, LAPACK's "

@@ -30,7 +30,7 @@ from .._series import Series, pad_degree, with_primal
 
 def _lead(spec):
     """The spec of a stacked series: an unsharded coefficient axis in front of `spec`."""
-    return spec.update(partitions=(None, *spec.partitions))
+    return spec.update(partitions=(None, *_compat.spec_partitions(spec)))
 
 
 def _shift_positional(axes):
@@ -138,7 +138,7 @@ def _reshard(order, x, *, dst_sharding, concrete_mesh):
 
 
 @register_rule(_compat.shard_map_p)
-def _shard_map(order, *xs, jaxpr, mesh, in_specs, out_specs, check_vma, newly_manual_axes, **_):
+def _shard_map(order, *xs, jaxpr, mesh, in_specs, out_specs, check_vma, **params):
     """Interpret the body per shard and re-bind it with `jax.shard_map`.
 
     Inputs with a series enter stacked (their spec gains a leading `None`),
@@ -156,7 +156,7 @@ def _shard_map(order, *xs, jaxpr, mesh, in_specs, out_specs, check_vma, newly_ma
         mesh=mesh,
         in_specs=tuple(s if d == 0 else _lead(s) for s, d in zip(in_specs, degrees)),
         out_specs=tuple(_lead(s) for s in out_specs),
-        axis_names=newly_manual_axes,
+        axis_names=_compat.shard_map_manual_axes(params),
         check_vma=check_vma,
     )
     outs = mapped(*[x.primal if x.is_constant else x.coeffs for x in xs])

@@ -248,7 +248,8 @@ def _checkpoint_name(order, x, **params):
 
 # `lax.stage` (an identity that marks a value for staging) and bit reinterpretation, whose
 # JAX derivative is zero.
-deflinear(lax.stage_p)
+if _compat.stage_p is not None:
+    deflinear(_compat.stage_p)
 defconstant(lax.bitcast_convert_type_p)
 
 
