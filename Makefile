@@ -10,7 +10,11 @@ SOURCES := src tests benchmarks
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: test test-slow lint bench demo docs clean
+# The lowest JAX taylax supports, tested in a venv of its own (`make test-jax-min`).
+JAX_MIN := 0.9.2
+VENV_MIN := .venv-jax-min
+
+.PHONY: test test-slow test-jax-min lint bench demo docs clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "Neither python3.11 nor python3 was found on PATH." >&2; exit 1; }
@@ -40,6 +44,18 @@ test: lint $(VENV)/.stamp-demo
 test-slow: $(VENV)/.stamp-test
 	$(BIN)/python -m pytest -n 2 -m slow $(PYTEST_ARGS)
 
+# The quick suite again on the lowest supported JAX (pyproject's pin), as CI runs it.
+$(VENV_MIN)/bin/python:
+	@test -n "$(PYTHON)" || { echo "Neither python3.11 nor python3 was found on PATH." >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV_MIN)
+
+$(VENV_MIN)/.stamp-test: pyproject.toml | $(VENV_MIN)/bin/python
+	$(VENV_MIN)/bin/python -m pip install --quiet -e '.[test,demo]' 'jax==$(JAX_MIN)' 'jaxlib==$(JAX_MIN)'
+	touch $@
+
+test-jax-min: $(VENV_MIN)/.stamp-test
+	$(VENV_MIN)/bin/python -m pytest -n 2 $(PYTEST_ARGS)
+
 bench: $(VENV)/.stamp-bench
 	@mkdir -p benchmarks/results
 	@for script in benchmarks/bench_*.py; do \
@@ -61,4 +77,4 @@ docs: $(VENV)/.stamp-docs
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis taylax_demo.png taylax_demo_recursion.png
+	rm -rf $(VENV) $(VENV_MIN) site .pytest_cache .ruff_cache .hypothesis taylax_demo.png taylax_demo_recursion.png
