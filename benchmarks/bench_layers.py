@@ -160,7 +160,7 @@ def main(argv=None) -> int:
         "jax": jax.__version__,
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(),
     }
     payload = {"meta": meta, "rows": measure(layers, orders, args.rounds)}
     out = HERE / "results"

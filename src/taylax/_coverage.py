@@ -52,8 +52,10 @@ NO_SERIES: dict[str, str] = {
     "swap": "writes a mutable Ref (jax.new_ref, Pallas): series live in values, not references",
 }  # fmt: skip
 
-# Primitives that could carry a series but have no rule yet, with what is missing.
-NOT_YET: dict[str, str] = {}
+# Primitives that could carry a series but have no rule (yet, or by choice), with why.
+NOT_YET: dict[str, str] = {
+    "xla_pmap": "`jax.pmap` (exported by jax 0.9 only): use `jax.vmap` or `shard_map`",
+}
 
 
 def coverage() -> dict[str, str]:
