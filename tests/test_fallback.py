@@ -138,3 +138,16 @@ def test_jet_merges_from_the_first_term():
     _close(y, 0, NEAR)
     for k in range(1, 35):
         _close(terms[k - 1], k, NEAR)
+
+
+def test_an_overflow_at_a_high_order_leaves_the_primal_exact():
+    # tanh(t) e^t in float32 at order 40: tanh's coefficients 39 and 40 overflow the
+    # stretched pass, and the product's zeros times them (`inf * 0`) made every row of the
+    # stretched pass NaN, the primal too. Orders 0..39 are representable (mpmath:
+    # f^(39)(0.3) = -2.716787e38), order 40 is not (-8.2986935e38).
+    f = lambda t: jnp.tanh(t) * jnp.exp(t)  # noqa: E731
+    got = np.asarray(taylax.derivatives(f, ORDER)(np.float32(0.3)))
+    assert np.all(np.isfinite(got[:ORDER])) and not np.isfinite(got[ORDER])
+    np.testing.assert_allclose(got[0], np.tanh(0.3) * np.exp(0.3), rtol=1e-6)
+    np.testing.assert_allclose(got[1], 1.6285366, rtol=1e-5)
+    np.testing.assert_allclose(got[39], -2.716787e38, rtol=1e-3)

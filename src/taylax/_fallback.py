@@ -77,11 +77,18 @@ def _conditional(scaled: list, operands: list, unscaled: Callable, first: int, a
     def merge(args):
         stacks, ops = list(args[0]), list(args[1])
         fallback = unscaled(ops)
+        lead = (slice(None),) * axis + (slice(0, first),)
         for i in inexact:
             c = stacks[i]
             tail = merged(c[rows], fallback[i][rows])
-            head = c[(slice(None),) * axis + (slice(0, first),)]
-            stacks[i] = lax.concatenate([head, tail], axis) if first else tail
+            if first:
+                # The primal stays the stretched pass's where it is finite; where it is
+                # not (an overflowed high coefficient reached it through a product's
+                # zeros, `inf * 0`), the unscaled pass's.
+                head = jnp.where(jnp.isfinite(c[lead]), c[lead], fallback[i][lead])
+                stacks[i] = lax.concatenate([head, tail], axis)
+            else:
+                stacks[i] = tail
         return stacks
 
     return lax.cond(finite, lambda args: list(args[0]), merge, (list(scaled), list(operands)))
@@ -91,8 +98,9 @@ def with_unscaled_fallback(scaled: list, unscaled: Callable, operands, first: in
     """The derivatives `scaled` (from the pass along `h` times the direction, stacked
     along a leading axis) merged order by order with `unscaled(operands)`'s (`merged`)
     where they are not finite, from row `first` on: 1 where row 0 holds the primal, which
-    stays the scaled pass's as it is (both passes compute it, but XLA may evaluate a long
-    primal, float32 `lgamma`, a few ulps apart in a select); 0 for derivative terms.
+    stays the scaled pass's where that is finite (both passes compute it, but XLA may
+    evaluate a long primal, float32 `lgamma`, a few ulps apart) and is the unscaled pass's
+    where not; 0 for derivative terms.
 
     `unscaled` runs only when some scaled derivative is not finite (see the module
     docstring). It is traced here, under the emission policy in force, and must be a
