@@ -54,7 +54,15 @@ def chain_b(t):
     return jnp.sqrt(1 + jnp.tanh(jnp.log1p(t * t))) * jnp.sin(t)
 
 
-CHAINS = {"exp-cos-div-pow": chain_a, "log1p-tanh-sqrt-sin": chain_b}
+def chain_c(t):
+    return jnp.cos(t) ** 3 * jnp.exp(-t * t) / (2 + jnp.sin(t)) + jnp.tanh(t) ** 2
+
+
+CHAINS = {
+    "exp-cos-div-pow": chain_a,
+    "log1p-tanh-sqrt-sin": chain_b,
+    "cos-exp-div-tanh": chain_c,
+}
 
 
 def all_variants() -> dict[str, taylax.EmissionPolicy]:
@@ -133,6 +141,11 @@ def run_chains(args, emit):
                 for label, policy in variants().items():
                     fn = jax.vmap(taylax.derivatives(f, K))
                     contenders[label] = (lambda t, fn=fn: fn(t).T, policy)
+                # The issue's form: the whole array along a direction of ones.
+                contenders["taylax-whole"] = (
+                    lambda t, f=f, K=K: taylax.derivatives(f, K)(t, jnp.ones_like(t)),
+                    None,
+                )
 
                 def jet_run(t, f=f, K=K):
                     terms = [jnp.ones_like(t)] + [jnp.zeros_like(t)] * (K - 1)
@@ -268,6 +281,151 @@ def run_large(args, emit):
         )
 
 
+def run_fallback(args, emit):
+    """float32 past order 12 (a pass along a stretched line with its unscaled fallback)
+    against jet, on two chains that never need the fallback: the GPU policy as shipped
+    (the fallback's check apart from the pass), with the check fused into the pass
+    (`fallback_check_apart=False`), and `taylax.taylor` (one pass, no stretch, no
+    fallback: what the check should cost nothing against)."""
+    t = jnp.linspace(-0.9, 0.9, args.n, dtype=jnp.float32)
+    fused = dataclasses.replace(taylax.GPU, name="gpu-fused-check", fallback_check_apart=False)
+    for name in ("log1p-tanh-sqrt-sin", "cos-exp-div-tanh"):
+        f = CHAINS[name]
+        for K in (16, 24):
+            whole = lambda t, f=f, K=K: taylax.derivatives(f, K)(t, jnp.ones_like(t))  # noqa: E731
+            contenders = {
+                "taylax-whole": (whole, None),
+                "taylax-fused-check": (whole, fused),
+                "taylax-taylor": (
+                    lambda t, f=f, K=K: (lambda p, c: jnp.concatenate([p[None], c]))(
+                        *taylax.taylor(f, K)(t, jnp.ones_like(t))
+                    ),
+                    None,
+                ),
+            }
+
+            def jet_run(t, f=f, K=K):
+                terms = [jnp.ones_like(t)] + [jnp.zeros_like(t)] * (K - 1)
+                y0, ys = jax_jet.jet(f, (t,), (terms,))
+                return jnp.stack([y0, *ys])
+
+            contenders["jet"] = (jet_run, None)
+            results = {}
+            for label, (fn, policy) in contenders.items():
+                try:
+                    results[label] = compile_and_time(fn, (t,), args.calls, args.rounds, policy)
+                except Exception as e:  # noqa: BLE001
+                    results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+            emit(
+                {"program": f"fallback {name}", "dtype": "float32", "order": K, "n": args.n},
+                results,
+                output_bytes=(K + 1) * args.n * 4,
+            )
+
+
+def rk4_fori(y, steps=100, h=0.01):
+    """RK4 of y' = -y^3 + sin(t) in `lax.fori_loop`, elementwise over `y`."""
+
+    def field(t, y):
+        return -(y**3) + jnp.sin(t)
+
+    def step(i, y):
+        t = i * h
+        k1 = field(t, y)
+        k2 = field(t + h / 2, y + h / 2 * k1)
+        k3 = field(t + h / 2, y + h / 2 * k2)
+        k4 = field(t + h, y + h * k3)
+        return y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+    return jax.lax.fori_loop(0, steps, step, y)
+
+
+def run_fori(args, emit):
+    """RK4 in `fori_loop` over a batch of initial values, derivatives in y0."""
+    for dtype in args.dtypes.split(","):
+        dt = jnp.dtype(dtype)
+        y = jnp.linspace(0.5, 1.0, args.fori_batch, dtype=dt)
+        for K in (2, 4, 8):
+            contenders = {
+                "taylax-whole": (
+                    lambda y, K=K: taylax.derivatives(rk4_fori, K)(y, jnp.ones_like(y)),
+                    None,
+                )
+            }
+
+            def jet_run(y, K=K):
+                terms = [jnp.ones_like(y)] + [jnp.zeros_like(y)] * (K - 1)
+                y0, ys = jax_jet.jet(rk4_fori, (y,), (terms,))
+                return jnp.stack([y0, *ys])
+
+            contenders["jet"] = (jet_run, None)
+            if K <= args.nested_max_order:
+                contenders["nested jvp"] = (nested_levels(rk4_fori, K), None)
+            results = {}
+            for label, (fn, policy) in contenders.items():
+                try:
+                    results[label] = compile_and_time(fn, (y,), args.calls, args.rounds, policy)
+                except Exception as e:  # noqa: BLE001
+                    results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+            emit(
+                {"program": "rk4 fori", "dtype": dtype, "order": K, "n": args.fori_batch},
+                results,
+                output_bytes=(K + 1) * args.fori_batch * dt.itemsize,
+            )
+
+
+def run_operators(args, emit):
+    """The Laplacian of the softplus residual network and the biharmonic of the tanh
+    MLP (`bench_operators.py`'s networks) against folx, float64."""
+    from bench_operators import mlp, mlp_params, residual_net
+
+    for d in [int(x) for x in args.lap_dims.split(",")]:
+        params = mlp_params(d, jnp.float64)
+        pts = jax.random.normal(jax.random.PRNGKey(d), (args.lap_batch, d), jnp.float64)
+        cases = [("residual laplacian", residual_net, taylax.laplacian, args.lap_batch)]
+        if d <= 32:
+            cases.append(("biharmonic", mlp, taylax.biharmonic, args.lap_batch // 4))
+        for case, net, op, batch in cases:
+            f = lambda y, net=net, params=params: net(params, y)  # noqa: E731
+            contenders = {"taylax": (jax.vmap(op(f)), None)}
+            if folx is not None:
+                lap = lambda g: lambda y: folx.forward_laplacian(g)(y).laplacian  # noqa: E731
+                folx_op = lap(f) if case.endswith("laplacian") else lap(lap(f))
+                contenders["folx"] = (jax.vmap(folx_op), None)
+            results = {}
+            for label, (fn, policy) in contenders.items():
+                try:
+                    results[label] = compile_and_time(
+                        fn, (pts[:batch],), args.calls, args.rounds, policy
+                    )
+                except Exception as e:  # noqa: BLE001
+                    results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+            emit(
+                {"program": f"{case} d={d}", "dtype": "float64", "order": 2, "n": batch},
+                results,
+                output_bytes=batch * 8,
+            )
+
+
+def dump_hlo(args):
+    """The optimized HLO of taylax (whole array, vmapped), jet and nested jvp on the first
+    chain at orders 2 and 4, float64, into `--hlo` (one file)."""
+    t = jnp.linspace(-0.9, 0.9, args.n, dtype=jnp.float64)
+    f = chain_a
+    with open(args.hlo, "w") as out:
+        for K in (2, 4):
+            fns = {
+                "taylax-whole": lambda t, K=K: taylax.derivatives(f, K)(t, jnp.ones_like(t)),
+                "taylax-vmap": lambda t, K=K: jax.vmap(taylax.derivatives(f, K))(t).T,
+                "nested jvp (vmap)": lambda t, K=K: jax.vmap(nested_levels(f, K))(t).T,
+                "nested jvp": nested_levels(f, K),
+            }
+            for label, fn in fns.items():
+                compiled = jax.jit(fn).lower(t).compile()
+                out.write(f"\n\n#### {label} K={K}\n")
+                out.write(compiled.as_text())
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1 << 20)
@@ -280,6 +438,8 @@ def main(argv=None) -> int:
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--parts", default="mlp,laplacian,chains,large")
+    parser.add_argument("--fori-batch", type=int, default=65536)
+    parser.add_argument("--hlo", default=None, help="write optimized HLO of small cases here")
     parser.add_argument("--out", default=None, help="append JSON records to this file")
     parser.add_argument(
         "--policies", default=",".join(_SELECTED), help=f"some of {sorted(all_variants())}"
@@ -302,7 +462,7 @@ def main(argv=None) -> int:
         if sink is not None:
             sink.write(json.dumps(record) + "\n")
             sink.flush()
-        ours = set(variants()) | {"gpu-compact"}
+        ours = set(variants()) | {"gpu-compact"} | {k for k in clean if k.startswith("taylax")}
         peers = [r["ms"] for k, r in clean.items() if "ms" in r and k not in ours]
         best = min(peers) if peers else float("nan")
         jet = clean.get("jet", {}).get("ms", float("nan"))
@@ -321,12 +481,17 @@ def main(argv=None) -> int:
         table.append(line)
         print(line, flush=True)
 
+    if args.hlo:
+        dump_hlo(args)
     for part in args.parts.split(","):
         parts = {
             "chains": run_chains,
             "mlp": run_mlp,
             "laplacian": run_laplacian,
             "large": run_large,
+            "fallback": run_fallback,
+            "fori": run_fori,
+            "operators": run_operators,
         }
         parts[part](args, emit)
     return 0

@@ -105,6 +105,9 @@ def _as_array(x) -> np.ndarray:
 def nested_jvp_derivatives(f: Callable, x, v=None, order: int = 6):
     """d^k/ds^k f(x + s*v) at s = 0 for k = 0..order, by nesting `jax.jvp` (float64 oracle).
 
+    Computed on the CPU, unless `f.platform_dependent` is true (then on the default
+    device, whose platform picks `f`'s branch).
+
     Returns a pytree like `f(x)` whose leaves have shape `(order + 1, *leaf.shape)`.
     `v` defaults to 1 for a scalar `x`.  `s` is real, also for complex `x`.
     """
@@ -127,9 +130,14 @@ def nested_jvp_derivatives(f: Callable, x, v=None, order: int = 6):
         # On the CPU whatever the default backend: there JAX's float64 rules are exact.
         # Its GPU lowering of `select_and_gather_add` (the derivative of a max or min
         # pool, from order 2) packs two float64 values into one word and keeps 32 bits of
-        # each, so a GPU oracle is wrong in the 8th digit.
-        with jax.default_device(jax.devices("cpu")[0]):
+        # each, so a GPU oracle is wrong in the 8th digit. A function whose value depends
+        # on the platform (`platform_dependent`) is the exception: its oracle runs where
+        # taylax does.
+        if getattr(f, "platform_dependent", False):
             result = jax.tree.map(np.asarray, entry[1](x, v))
+        else:
+            with jax.default_device(jax.devices("cpu")[0]):
+                result = jax.tree.map(np.asarray, entry[1](x, v))
         _RESULTS[rkey] = result
     return result
 

@@ -53,6 +53,8 @@ def test_version_is_pyprojects():
 
     import taylax
 
+    if taylax.__version__ == "0+unknown":
+        pytest.skip("taylax runs from a source tree that was never installed: no metadata")
     declared = re.search(
         r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE
     )

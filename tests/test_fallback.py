@@ -77,6 +77,35 @@ def test_the_program_is_the_stretched_pass_and_one_conditional():
     assert "stablehlo.case" in lowered or "stablehlo.if" in lowered
 
 
+@pytest.mark.parametrize("base", ["CPU", "GPU"])
+def test_the_check_reads_the_stacks_apart_where_the_policy_says(base):
+    # XLA:GPU fused the pass into the check's reduction: `fallback_check_apart` (the GPU
+    # policy's choice, not the CPU's) puts one optimization barrier between them, in the
+    # program and in its vmapped form.
+    import dataclasses
+
+    def barriers(policy, batched):
+        fn = (
+            jax.vmap(taylax.derivatives(pole, ORDER))
+            if batched
+            else taylax.derivatives(pole, ORDER)
+        )
+        args = (jnp.ones(4, jnp.float32),) * 2 if batched else (NEAR,)
+        with taylax.emission_policy(policy):
+            text = jax.jit(fn).lower(*args).as_text()
+            got = jax.jit(taylax.derivatives(pole, ORDER))(NEAR)
+        for k in range(35):
+            _close(got[k], k, NEAR)
+        return text.count("stablehlo.optimization_barrier")
+
+    policy = getattr(taylax, base)
+    assert policy.fallback_check_apart == (base == "GPU")
+    apart = dataclasses.replace(policy, name="apart", fallback_check_apart=True)
+    fused = dataclasses.replace(policy, name="fused", fallback_check_apart=False)
+    for batched in (False, True):
+        assert barriers(apart, batched) == barriers(fused, batched) + 1
+
+
 def test_under_vmap_one_predicate_for_the_whole_batch():
     points = jnp.linspace(-3.0, 0.2, 64, dtype=jnp.float32)
     batched = jax.vmap(taylax.derivatives(pole, ORDER))

@@ -193,6 +193,10 @@ def _platform_dependent(x):
     return lax.platform_dependent(x, cpu=lambda y: jnp.sin(y) * y, default=jnp.cos)
 
 
+# Its value depends on where it runs, so its oracle runs there too (tests/reference.py).
+_platform_dependent.platform_dependent = True
+
+
 def _vmap_cond_inside(x):
     # A batched predicate: vmap turns the cond into select_n before taylax sees it.
     def row(r):

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _compat
+from . import _compat, _policy
 
 fallback_p = _compat.Primitive("taylax_unscaled_fallback")
 fallback_p.multiple_results = True
@@ -62,10 +62,21 @@ def _nan_sum(x):
     return jnp.sum(zeros)
 
 
-def _conditional(scaled: list, operands: list, unscaled: Callable, first: int, axis: int):
+def _conditional(
+    scaled: list, operands: list, unscaled: Callable, first: int, axis: int, apart: bool
+):
     """`scaled` merged with `unscaled(operands)` from row `first` of axis `axis` on, the
-    second pass run only when some value of `scaled` (row 0 included) is not finite."""
+    second pass run only when some value of `scaled` (row 0 included) is not finite.
+    `apart` (the policy's `fallback_check_apart`): the check reads the stacks behind an
+    optimization barrier."""
     inexact = _inexact(scaled)
+    if apart:
+        # XLA:GPU fused the whole pass into the check's reduction (one kernel laid out
+        # for a reduction) and split the rest into kernels writing every row apart: the
+        # log1p chain at order 16 took 2.6 ms against 0.6 ms without the check
+        # (docs/EMISSION.md, "GPU"). Behind the barrier the pass keeps its own kernels
+        # and the check reads the stacks once more.
+        scaled = list(lax.optimization_barrier(list(scaled)))
     rows = (slice(None),) * axis + (slice(first, None),)
     # `x * 0` is 0 where `x` is finite and NaN where not: one sum says whether all are,
     # and XLA:CPU reduces a sum faster than a conjunction of `isfinite`
@@ -120,9 +131,17 @@ def _run(closed):
     return lambda ops: _compat.jaxpr_as_fun(closed)(*ops)
 
 
-def _impl(*args, unscaled, first: int, n_scaled: int):
+def _impl(*args, unscaled, first: int, n_scaled: int, policy=None):
     scaled, operands = list(args[:n_scaled]), list(args[n_scaled:])
-    return _conditional(scaled, operands, _run(unscaled), first, 0)
+    apart = (policy or _policy.current()).fallback_check_apart
+    return _conditional(scaled, operands, _run(unscaled), first, 0, apart)
+
+
+def _lower(ctx, *args, **params):
+    # Lowered for a known platform: its policy decides, unless a user set one.
+    policy = _policy.for_lowering(ctx.module_context.platforms)
+    impl = _compat.mlir.lower_fun(lambda *a: _impl(*a, **params, policy=policy), True)
+    return impl(ctx, *args)
 
 
 def _abstract_eval(*avals, unscaled, first: int, n_scaled: int):
@@ -153,7 +172,8 @@ def _batch(axis_data, args, dims, *, unscaled, first: int, n_scaled: int):
         )(*ops)
         return list(outs)
 
-    outs = _conditional(scaled, list(args[n_scaled:]), batched, first, 1)
+    apart = _policy.current().fallback_check_apart
+    outs = _conditional(scaled, list(args[n_scaled:]), batched, first, 1, apart)
     return outs, [0] * n_scaled
 
 
@@ -170,6 +190,6 @@ def impl_jaxpr(avals, **params):
 
 fallback_p.def_impl(_impl)
 fallback_p.def_abstract_eval(_abstract_eval)
-_compat.mlir.register_lowering(fallback_p, _compat.mlir.lower_fun(_impl, multiple_results=True))
+_compat.mlir.register_lowering(fallback_p, _lower)
 _compat.ad.primitive_jvps[fallback_p] = _jvp
 _compat.batching.fancy_primitive_batchers[fallback_p] = _batch

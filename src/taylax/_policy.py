@@ -97,6 +97,11 @@ class EmissionPolicy:
     blocks of `unrolled_block` up to `unrolled_max_blocks`, else a loop over blocks of
     `direction_block`.
 
+    **The unscaled fallback** (`taylax._fallback`, float32 past order 12):
+    `fallback_check_apart`: the check whether a stretched pass is finite reads the
+    pass's stacks behind an optimization barrier, so the compiler cannot fuse the pass
+    into the check's reduction.
+
     **Program size:** `budget` bounds the number of the user's equations times the order
     (counted up to `unroll_max_order`); a larger pass takes `compact()` (stacks, dots,
     loops): see `within_budget`. None disables it.
@@ -150,6 +155,7 @@ class EmissionPolicy:
     unrolled_block: int = 64
     unrolled_max_blocks: int = 4
     direction_block: int = 16
+    fallback_check_apart: bool = False
     budget: int | None = 1_500
 
     def __post_init__(self):
@@ -238,6 +244,7 @@ GPU = EmissionPolicy(
     point_chunks=False,
     mark_values=False,
     blocked_directions=False,
+    fallback_check_apart=True,
 )
 """The policy for XLA:GPU (`gpu`, `cuda`, `rocm`): straight-line code that XLA fuses into few
 kernels; no loop over coefficients, elements or points, no buffer marks.
