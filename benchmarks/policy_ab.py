@@ -43,7 +43,8 @@ def _parse_set(items) -> dict:
     out = {}
     for item in items or []:
         key, _, value = item.partition("=")
-        out[key] = None if value == "None" else int(value)
+        named = {"None": None, "True": True, "False": False}
+        out[key] = named[value] if value in named else int(value)
     return out
 
 
@@ -166,7 +167,9 @@ def fresh_processes(args, pols, changes) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="cpu")
-    parser.add_argument("--set", nargs="*", help="FIELD=VALUE changes (integers or None)")
+    parser.add_argument(
+        "--set", nargs="*", help="FIELD=VALUE changes (integers, None, True or False)"
+    )
     parser.add_argument("--parts", default="chains,mlp,rk4,recursion")
     parser.add_argument("--orders", default="12,16")
     parser.add_argument("--ks", default="9,20")

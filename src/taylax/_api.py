@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from fractions import Fraction
@@ -140,6 +141,21 @@ def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exa
     return stacks
 
 
+def _guarded(unscaled: Callable) -> Callable:
+    """`unscaled` traced with the policy's `guarded_products` on: the fallback runs only
+    where the stretched pass overflowed, which is where a product's `inf * 0` would put
+    NaN in the rows below the overflow. Off in the stretched pass itself, where it cost
+    17-66% of the pass on XLA:CPU (docs/EMISSION.md, "Overflow")."""
+
+    def run(ops):
+        policy = _policy.current()
+        guarded = dataclasses.replace(policy, name=policy.name, guarded_products=True)
+        with _policy.pass_scope(guarded):
+            return unscaled(ops)
+
+    return run
+
+
 def _taylor_program(order: int, unit: bool = False):
     def make(jaxpr):
         def program(consts, x_leaves, v_leaves):
@@ -159,7 +175,9 @@ def _derivatives_program(order: int, unit: bool = False):
             if scale != 1.0:
                 stacks = with_unscaled_fallback(
                     stacks,
-                    lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, 1.0, exact=True),
+                    _guarded(
+                        lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, 1.0, exact=True)
+                    ),
                     (list(consts), list(x_leaves), list(v_leaves)),
                     first=1,
                 )
@@ -340,6 +358,11 @@ def _jet_pass(jaxpr, consts, primals, terms, order: int, scale: float | None, ex
     return [p for p, _ in pairs], coeffs
 
 
+def _stacked(primals: list, coeffs: list) -> list:
+    """Each output's primal on top of its terms, one `(K + 1, ...)` stack."""
+    return [lax.concatenate([p[None].astype(c.dtype), c], 0) for p, c in zip(primals, coeffs)]
+
+
 def _jet_program(order: int, factorial_scaled: bool):
     def make(jaxpr):
         def program(consts, primals, terms):
@@ -351,12 +374,19 @@ def _jet_program(order: int, factorial_scaled: bool):
             scale = _pass_scale(order, primals)
             primals_out, coeffs = _jet_pass(jaxpr, consts, primals, terms, order, scale, False)
             if scale != 1.0 and order:
-                coeffs = with_unscaled_fallback(
-                    coeffs,
-                    lambda ops: _jet_pass(jaxpr, *ops, order, 1.0, True)[1],
+                # The primals go with the terms: an overflowed high term reaches the
+                # stretched pass's primal through a product's zeros (`inf * 0`), and the
+                # fallback's primal is then the one to keep (as in `derivatives`).
+                def unscaled(ops):
+                    return _stacked(*_jet_pass(jaxpr, *ops, order, 1.0, True))
+
+                stacks = with_unscaled_fallback(
+                    _stacked(primals_out, coeffs),
+                    _guarded(unscaled),
                     (list(consts), list(primals), [list(ts) for ts in terms]),
-                    first=0,
+                    first=1,
                 )
+                primals_out, coeffs = [s[0] for s in stacks], [s[1:] for s in stacks]
             return primals_out, coeffs
 
         return program

@@ -75,12 +75,25 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
         # Scalar series: one matrix-vector product with b's Toeplitz table. A dot is a
         # kernel of its own, which bounds the expressions XLA fuses in a large program.
         table = toeplitz(b, degree + 1, da + 1)
-        return lax.dot_general(table, a, (((1,), (0,)), ((), ())))
+        if not _policy.current().guarded_products:
+            return lax.dot_general(table, a, (((1,), (0,)), ((), ())))
+        # The table's zeros above the diagonal meet every `a_i`: an overflowed one
+        # (`inf * 0`) would put NaN in the rows below `i`. It enters as 0, and rows from
+        # the first non-finite `a_i` on are made NaN (`a * 0` summed), as they would be.
+        # Six equations per product: a fifth more in a large program, hence the policy's
+        # choice (docs/EMISSION.md, "Overflow").
+        finite = jnp.isfinite(a)
+        c = lax.dot_general(table, jnp.where(finite, a, 0), (((1,), (0,)), ((), ())))
+        poison = pad_degree(lax.cumsum(a * 0, 0), degree)[: degree + 1]
+        return c + poison
     terms = min(da, degree) + 1
-    return shifted_sum(lambda i: lax.index_in_dim(a, i, keepdims=True), terms, b, degree)
+    guarded = _policy.current().guarded_products
+    return shifted_sum(lambda i: lax.index_in_dim(a, i, keepdims=True), terms, b, degree, guarded)
 
 
-def shifted_sum(row: Callable[[int], Array], terms: int, c: Array, degree: int) -> Array:
+def shifted_sum(
+    row: Callable[[int], Array], terms: int, c: Array, degree: int, guarded: bool = False
+) -> Array:
     """`sum_{i < terms} row(i) (s^i c)` truncated at `degree`; `row(i)` has a leading
     unit axis. The shifts are slices of one zero-padded copy of `c`:
     `s^i c = padded[n-i : n-i+degree+1]`.
@@ -88,15 +101,32 @@ def shifted_sum(row: Callable[[int], Array], terms: int, c: Array, degree: int) 
     Under `vmap` XLA:CPU writes that copy as an (N, 2K+1) buffer, a sizeable part of a
     high-order pass's time; a pad of a slice per term instead ran no faster
     (docs/EMISSION.md, "Rows").
+
+    `guarded`: an overflowed `row(i)` would meet the copy's zeros (`inf * 0`) and put NaN
+    in the rows below `i`, the primal too. It enters the products as 0 instead, and a
+    running sum of `row(i) * 0` (NaN from the first non-finite `row(i)` on) is added to
+    the rows from `i` on, as the products would have: O(terms) values per point beside
+    the O(terms * degree) products (docs/EMISSION.md, "Overflow").
     """
     n = terms - 1
     pads = [(n, max(0, degree - degree_of(c)), 0)] + [(0, 0, 0)] * (c.ndim - 1)
     padded = lax.pad(c, jnp.zeros((), c.dtype), pads)
-    out = None
+    out, poison, running = None, [], None
     for i in range(terms):
-        term = row(i) * lax.slice_in_dim(padded, n - i, n - i + degree + 1)
+        r = row(i)
+        if guarded:
+            running = r * 0 if running is None else running + r * 0
+            poison.append(running)
+            r = jnp.where(jnp.isfinite(r), r, 0)
+        term = r * lax.slice_in_dim(padded, n - i, n - i + degree + 1)
         out = term if out is None else out + term
-    return out
+    if not guarded:
+        return out
+    poison = lax.concatenate(poison, 0)
+    if terms < degree + 1:
+        tail = jnp.broadcast_to(running, (degree + 1 - terms,) + running.shape[1:])
+        poison = lax.concatenate([poison, tail], 0)
+    return out + poison.astype(out.dtype)
 
 
 def cauchy_bilinear(op: Callable[[Array, Array], Array], a: Array, b: Array, order: int) -> Array:
