@@ -24,12 +24,14 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "benchmarks"
+sys.path.insert(0, str(HERE))
+
+from harness import checked_out  # noqa: E402
 
 
 def _worker(case: str, n: int) -> dict:
@@ -101,35 +103,22 @@ def main(argv=None) -> int:
     if args.worker:
         print(json.dumps(_worker(args.worker, args.n)))
         return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp) / "base"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base), args.base],
-            check=True,
-            capture_output=True,
-        )
-        try:
-            trees = {"head": ROOT / "src", args.base: base / "src"}
-            for case in args.cases.split(","):
-                seen = {label: [] for label in trees}
-                for _ in range(args.processes):
-                    for label, src in trees.items():
-                        seen[label].append(_measure(src, case, args.n))
-                cells = []
-                for label, runs in seen.items():
-                    ms = statistics.median(r["ms"] for r in runs)
-                    first = statistics.median(r["first_s"] for r in runs)
-                    cells.append(f"{label} {ms:.3f} ms, first {first:.2f} s")
-                ratio = statistics.median(r["ms"] for r in seen["head"]) / statistics.median(
-                    r["ms"] for r in seen[args.base]
-                )
-                print(f"{case}: " + " | ".join(cells) + f" | head/base {ratio:.2f}", flush=True)
-        finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)],
-                check=False,
-                capture_output=True,
+    with checked_out(args.base) as base_src:
+        trees = {"head": ROOT / "src", args.base: base_src}
+        for case in args.cases.split(","):
+            seen = {label: [] for label in trees}
+            for _ in range(args.processes):
+                for label, src in trees.items():
+                    seen[label].append(_measure(src, case, args.n))
+            cells = []
+            for label, runs in seen.items():
+                ms = statistics.median(r["ms"] for r in runs)
+                first = statistics.median(r["first_s"] for r in runs)
+                cells.append(f"{label} {ms:.3f} ms, first {first:.2f} s")
+            ratio = statistics.median(r["ms"] for r in seen["head"]) / statistics.median(
+                r["ms"] for r in seen[args.base]
             )
+            print(f"{case}: " + " | ".join(cells) + f" | head/base {ratio:.2f}", flush=True)
     return 0
 
 

@@ -124,6 +124,29 @@ def compile_and_time(fn, args, calls: int, rounds: int, policy=None) -> dict:
     }
 
 
+def jet_along_ones(f, K: int):
+    """`t -> stack(f, f', ..., f^(K))` by `jax.experimental.jet` along ones."""
+
+    def run(t):
+        terms = [jnp.ones_like(t)] + [jnp.zeros_like(t)] * (K - 1)
+        y0, ys = jax_jet.jet(f, (t,), (terms,))
+        return jnp.stack([y0, *ys])
+
+    return run
+
+
+def time_all(contenders: dict, args: tuple, calls: int, rounds: int) -> dict:
+    """`compile_and_time` of each `(fn, policy)` contender on `args`; a contender that
+    fails is recorded with its error and the sweep goes on."""
+    results = {}
+    for label, (fn, policy) in contenders.items():
+        try:
+            results[label] = compile_and_time(fn, args, calls, rounds, policy)
+        except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+            results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+    return results
+
+
 def _agree(a, b) -> float:
     a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
     n = min(a.size, b.size)
@@ -147,12 +170,7 @@ def run_chains(args, emit):
                     None,
                 )
 
-                def jet_run(t, f=f, K=K):
-                    terms = [jnp.ones_like(t)] + [jnp.zeros_like(t)] * (K - 1)
-                    y0, ys = jax_jet.jet(f, (t,), (terms,))
-                    return jnp.stack([y0, *ys])
-
-                contenders["jet"] = (jet_run, None)
+                contenders["jet"] = (jet_along_ones(f, K), None)
                 if K <= args.nested_max_order:
                     contenders["nested jvp"] = (nested_levels(f, K), None)
                     contenders["nested jvp (vmap)"] = (
@@ -160,12 +178,7 @@ def run_chains(args, emit):
                         None,
                     )
                 record = {"program": name, "dtype": dtype, "order": K, "n": args.n}
-                results = {}
-                for label, (fn, policy) in contenders.items():
-                    try:
-                        results[label] = compile_and_time(fn, (t,), args.calls, args.rounds, policy)
-                    except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
-                        results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                results = time_all(contenders, (t,), args.calls, args.rounds)
                 emit(record, results, output_bytes=(K + 1) * args.n * dt.itemsize)
 
 
@@ -198,12 +211,7 @@ def run_mlp(args, emit):
         contenders["jet"] = (jet_run, None)
         if K <= args.nested_max_order:
             contenders["nested jvp"] = (lambda x, v, K=K: nested_levels(f, K, v)(x), None)
-        results = {}
-        for label, (fn, policy) in contenders.items():
-            try:
-                results[label] = compile_and_time(fn, (x, v), args.calls, args.rounds, policy)
-            except Exception as e:  # noqa: BLE001
-                results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        results = time_all(contenders, (x, v), args.calls, args.rounds)
         record = {"program": "tanh mlp", "dtype": "float64", "order": K, "n": args.mlp_batch}
         emit(record, results, output_bytes=(K + 1) * args.mlp_batch * 8)
 
@@ -236,12 +244,7 @@ def run_laplacian(args, emit):
                 None,
             )
         contenders["hessian trace"] = (jax.vmap(lambda x, f=f: jnp.trace(jax.hessian(f)(x))), None)
-        results = {}
-        for label, (fn, policy) in contenders.items():
-            try:
-                results[label] = compile_and_time(fn, (pts,), args.calls, args.rounds, policy)
-            except Exception as e:  # noqa: BLE001
-                results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        results = time_all(contenders, (pts,), args.calls, args.rounds)
         record = {
             "program": f"laplacian d={d}",
             "dtype": "float64",
@@ -268,12 +271,7 @@ def run_large(args, emit):
             return jnp.stack([y0, *ys])
 
         contenders["jet"] = (jet_run, None)
-        results = {}
-        for label, (fn, policy) in contenders.items():
-            try:
-                results[label] = compile_and_time(fn, (y0,), 1, 1, policy)
-            except Exception as e:  # noqa: BLE001
-                results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        results = time_all(contenders, (y0,), 1, 1)
         emit(
             {"program": "unrolled rk4", "dtype": "float64", "order": K, "n": 1},
             results,
@@ -304,18 +302,8 @@ def run_fallback(args, emit):
                 ),
             }
 
-            def jet_run(t, f=f, K=K):
-                terms = [jnp.ones_like(t)] + [jnp.zeros_like(t)] * (K - 1)
-                y0, ys = jax_jet.jet(f, (t,), (terms,))
-                return jnp.stack([y0, *ys])
-
-            contenders["jet"] = (jet_run, None)
-            results = {}
-            for label, (fn, policy) in contenders.items():
-                try:
-                    results[label] = compile_and_time(fn, (t,), args.calls, args.rounds, policy)
-                except Exception as e:  # noqa: BLE001
-                    results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+            contenders["jet"] = (jet_along_ones(f, K), None)
+            results = time_all(contenders, (t,), args.calls, args.rounds)
             emit(
                 {"program": f"fallback {name}", "dtype": "float32", "order": K, "n": args.n},
                 results,
@@ -353,20 +341,10 @@ def run_fori(args, emit):
                 )
             }
 
-            def jet_run(y, K=K):
-                terms = [jnp.ones_like(y)] + [jnp.zeros_like(y)] * (K - 1)
-                y0, ys = jax_jet.jet(rk4_fori, (y,), (terms,))
-                return jnp.stack([y0, *ys])
-
-            contenders["jet"] = (jet_run, None)
+            contenders["jet"] = (jet_along_ones(rk4_fori, K), None)
             if K <= args.nested_max_order:
                 contenders["nested jvp"] = (nested_levels(rk4_fori, K), None)
-            results = {}
-            for label, (fn, policy) in contenders.items():
-                try:
-                    results[label] = compile_and_time(fn, (y,), args.calls, args.rounds, policy)
-                except Exception as e:  # noqa: BLE001
-                    results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+            results = time_all(contenders, (y,), args.calls, args.rounds)
             emit(
                 {"program": "rk4 fori", "dtype": dtype, "order": K, "n": args.fori_batch},
                 results,
@@ -392,14 +370,7 @@ def run_operators(args, emit):
                 lap = lambda g: lambda y: folx.forward_laplacian(g)(y).laplacian  # noqa: E731
                 folx_op = lap(f) if case.endswith("laplacian") else lap(lap(f))
                 contenders["folx"] = (jax.vmap(folx_op), None)
-            results = {}
-            for label, (fn, policy) in contenders.items():
-                try:
-                    results[label] = compile_and_time(
-                        fn, (pts[:batch],), args.calls, args.rounds, policy
-                    )
-                except Exception as e:  # noqa: BLE001
-                    results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+            results = time_all(contenders, (pts[:batch],), args.calls, args.rounds)
             emit(
                 {"program": f"{case} d={d}", "dtype": "float64", "order": 2, "n": batch},
                 results,

@@ -29,6 +29,7 @@ import its cases, contenders and formatting.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -39,6 +40,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -365,6 +367,28 @@ def run_process(command: list[str], timeout_s: float) -> tuple[dict[str, Any], s
 
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)(: .*)?$")
+
+
+@contextlib.contextmanager
+def checked_out(rev: str):
+    """The `src` folder of `rev` of this repository, checked out into a temporary git
+    worktree for the duration (for A/B runs of this tree against an earlier commit)."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "base"
+        subprocess.run(
+            ["git", "-C", str(root), "worktree", "add", "--detach", str(tree), rev],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            yield tree / "src"
+        finally:
+            subprocess.run(
+                ["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
+                check=False,
+                capture_output=True,
+            )
 
 
 def error_line(stderr: str) -> str | None:

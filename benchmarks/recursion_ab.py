@@ -18,10 +18,12 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from harness import checked_out  # noqa: E402
 
 
 def first_call(src: Path, contender: str, k: int) -> float:
@@ -43,35 +45,20 @@ def main(argv=None) -> int:
     parser.add_argument("--processes", type=int, default=5)
     parser.add_argument("--jacfwd-k", type=int, default=7)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp) / "base"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base), args.base],
-            check=True,
-            capture_output=True,
-        )
-        try:
-            trees = {"head": ROOT / "src", args.base: base / "src"}
-            for k in (int(k) for k in args.ks.split(",")):
-                seen = {label: [] for label in trees}
-                for _ in range(args.processes):
-                    for label, src in trees.items():
-                        seen[label].append(first_call(src, "taylax", k))
-                cells = ", ".join(
-                    f"{label} {statistics.median(v):.2f} s ("
-                    + " ".join(f"{x:.2f}" for x in v)
-                    + ")"
-                    for label, v in seen.items()
-                )
-                print(f"taylax k = {k}: {cells}", flush=True)
-            jac = [first_call(ROOT / "src", "jax", args.jacfwd_k) for _ in range(args.processes)]
-            print(f"jax.jacfwd k = {args.jacfwd_k}: median {statistics.median(jac):.2f} s")
-        finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)],
-                check=False,
-                capture_output=True,
+    with checked_out(args.base) as base_src:
+        trees = {"head": ROOT / "src", args.base: base_src}
+        for k in (int(k) for k in args.ks.split(",")):
+            seen = {label: [] for label in trees}
+            for _ in range(args.processes):
+                for label, src in trees.items():
+                    seen[label].append(first_call(src, "taylax", k))
+            cells = ", ".join(
+                f"{label} {statistics.median(v):.2f} s (" + " ".join(f"{x:.2f}" for x in v) + ")"
+                for label, v in seen.items()
             )
+            print(f"taylax k = {k}: {cells}", flush=True)
+        jac = [first_call(ROOT / "src", "jax", args.jacfwd_k) for _ in range(args.processes)]
+        print(f"jax.jacfwd k = {args.jacfwd_k}: median {statistics.median(jac):.2f} s")
     return 0
 
 
