@@ -20,6 +20,7 @@ transposes ordinary JAX operations; a Taylor pass over it runs the conditional t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import jax
@@ -33,7 +34,18 @@ fallback_p = _compat.Primitive("taylax_unscaled_fallback")
 fallback_p.multiple_results = True
 
 
-def merged(scaled, unscaled):
+def zero_trusted_orders(dtype) -> int:
+    """The number of leading orders at which an unscaled pass's 0 is a value, not an
+    underflow: those whose `k!` is far inside `dtype`'s range (where
+    `taylax._series.derivative_scale` stretches nothing), 13 for float32."""
+    log_max = math.log(float(jnp.finfo(dtype).max))
+    k = 0
+    while math.lgamma(k + 2) <= log_max / 4:
+        k += 1
+    return k + 1
+
+
+def merged(scaled, unscaled, zero_trusted=False):
     """Each order from the pass along `h` times the direction where it is finite, else
     from the unscaled one.
 
@@ -45,8 +57,10 @@ def merged(scaled, unscaled):
     only when the derivatives do; the scaled pass covers what underflows unscaled.
     """
     # A 0 from the unscaled pass may be an underflowed coefficient times `k!`: keep the
-    # scaled pass's inf or nan then, never a silent 0.
-    usable = jnp.isfinite(unscaled) & (unscaled != 0)
+    # scaled pass's inf or nan then, never a silent 0, except at the orders where the
+    # unscaled coefficients cannot underflow (`zero_trusted`, a mask): there a 0 is the
+    # value, and the scaled pass's NaN came from an overflow elsewhere (`inf * 0`).
+    usable = jnp.isfinite(unscaled) & ((unscaled != 0) | zero_trusted)
     return jnp.where(jnp.isfinite(scaled), scaled, jnp.where(usable, unscaled, scaled))
 
 
@@ -91,7 +105,9 @@ def _conditional(
         lead = (slice(None),) * axis + (slice(0, first),)
         for i in inexact:
             c = stacks[i]
-            tail = merged(c[rows], fallback[i][rows])
+            orders = lax.broadcasted_iota(np.int32, c[rows].shape, axis) + first
+            trusted = orders < zero_trusted_orders(c.dtype)
+            tail = merged(c[rows], fallback[i][rows], trusted)
             if first:
                 # The primal stays the stretched pass's where it is finite; where it is
                 # not (an overflowed high coefficient reached it through a product's
