@@ -221,3 +221,26 @@ def test_a_true_zero_below_the_overflow_is_kept():
     low = np.asarray(taylax.derivatives(f, 8)(np.float32(0.0)), np.float64)
     np.testing.assert_array_equal(got[:2], [0.0, 0.0])
     np.testing.assert_allclose(got[:9], low, rtol=1e-5)
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["shifted sum", "toeplitz dot"])
+def test_the_guard_poisons_rows_past_the_lower_factor_s_degree(compact):
+    # A factor of degree 2 whose top coefficient overflowed, times exp's series: the rows
+    # from 2 on read it, also past the factor's own degree, and must not come out as the
+    # finite sums of the other terms (the dot's poison once stopped at row 2).
+    from taylax._series import cauchy
+
+    base = taylax.CPU.compact() if compact else dataclasses.replace(taylax.CPU, rows_max_order=0)
+    guarded = dataclasses.replace(
+        base,
+        name="guarded",
+        guarded_products=True,
+        product_rows_max_order=0,
+        stacked_product_rows_max_order=0,
+    )
+    a = jnp.asarray([0.25, 0.5, np.inf])
+    b = jnp.asarray([math.e / math.factorial(k) for k in range(6)])
+    with taylax.emission_policy(guarded):
+        c = np.asarray(cauchy(a, b, 5))
+    np.testing.assert_allclose(c[:2], [0.25 * b[0], 0.25 * b[1] + 0.5 * b[0]], rtol=1e-15)
+    assert not np.isfinite(c[2:]).any(), c

@@ -20,7 +20,6 @@ transposes ordinary JAX operations; a Taylor pass over it runs the conditional t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import jax
@@ -29,6 +28,7 @@ import numpy as np
 from jax import lax
 
 from . import _compat, _policy
+from ._series import derivative_scale
 
 fallback_p = _compat.Primitive("taylax_unscaled_fallback")
 fallback_p.multiple_results = True
@@ -36,11 +36,10 @@ fallback_p.multiple_results = True
 
 def zero_trusted_orders(dtype) -> int:
     """The number of leading orders at which an unscaled pass's 0 is a value, not an
-    underflow: those whose `k!` is far inside `dtype`'s range (where
-    `taylax._series.derivative_scale` stretches nothing), 13 for float32."""
-    log_max = math.log(float(jnp.finfo(dtype).max))
+    underflow: those whose `k!` is far inside `dtype`'s range, where
+    `taylax._series.derivative_scale` stretches nothing (13 for float32)."""
     k = 0
-    while math.lgamma(k + 2) <= log_max / 4:
+    while derivative_scale(k + 1, dtype) == 1.0:
         k += 1
     return k + 1
 

@@ -84,8 +84,7 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
         # choice (docs/EMISSION.md, "Overflow").
         finite = jnp.isfinite(a)
         c = lax.dot_general(table, jnp.where(finite, a, 0), (((1,), (0,)), ((), ())))
-        poison = pad_degree(lax.cumsum(a * 0, 0), degree)[: degree + 1]
-        return c + poison
+        return c + running_rows(lax.cumsum(a * 0, 0), degree)
     terms = min(da, degree) + 1
     guarded = _policy.current().guarded_products
     return shifted_sum(lambda i: lax.index_in_dim(a, i, keepdims=True), terms, b, degree, guarded)
@@ -122,11 +121,18 @@ def shifted_sum(
         out = term if out is None else out + term
     if not guarded:
         return out
-    poison = lax.concatenate(poison, 0)
-    if terms < degree + 1:
-        tail = jnp.broadcast_to(running, (degree + 1 - terms,) + running.shape[1:])
-        poison = lax.concatenate([poison, tail], 0)
-    return out + poison.astype(out.dtype)
+    return out + running_rows(lax.concatenate(poison, 0), degree).astype(out.dtype)
+
+
+def running_rows(running: Array, degree: int) -> Array:
+    """Rows 0..degree of a running sum over a factor's rows (`row * 0` summed: NaN from
+    the first non-finite row on), its last row repeated past the factor's degree: a
+    product's row `k` reads every row of the factor up to `k`."""
+    extra = degree + 1 - running.shape[0]
+    if extra <= 0:
+        return running[: degree + 1]
+    tail = jnp.broadcast_to(running[-1:], (extra,) + running.shape[1:])
+    return lax.concatenate([running, tail], 0)
 
 
 def cauchy_bilinear(op: Callable[[Array, Array], Array], a: Array, b: Array, order: int) -> Array:
