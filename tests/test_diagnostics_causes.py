@@ -326,3 +326,94 @@ def test_filter_jit_style_static_argument_change_names_the_field():
     assert event.cause == "static_argument"
     assert "static argument `static` changed at `[0].activation`: function `tanh`" in (event.detail)
     assert "a `tuple` object" not in event.detail
+
+
+# --------------------------------------------------------------------------------------
+# Function objects that live side by side, and eager taylax calls
+# --------------------------------------------------------------------------------------
+
+
+def test_two_live_closures_from_one_line_are_separate_functions():
+    # Two models made by one comprehension: each needs its own compile, and "create it
+    # once" would be wrong advice; a re-created (dead) one is still `new_function`.
+    fs = [jax.jit(lambda x, a=a: x * a) for a in (1.0, 2.0)]
+    with taylax.watch() as log:
+        for _ in range(2):
+            for f in fs:
+                f(jnp.ones(2))
+    compiles = _compiles(log)
+    assert [e.cause for e in compiles] == ["first_call", "first_call"]
+    assert "1 other object(s) made by the same code are alive" in compiles[1].detail
+    assert "create it once" not in compiles[1].detail
+
+
+def test_function_objects_in_two_threads_are_not_re_created_functions():
+    import threading
+
+    def make():
+        return jax.jit(lambda x: jnp.sin(x) * 2)
+
+    fs = [make(), make()]
+    barrier = threading.Barrier(2)
+
+    def run(f):
+        barrier.wait()
+        for _ in range(3):
+            f(jnp.ones(3))
+
+    with taylax.watch(all_threads=True) as log:
+        threads = [threading.Thread(target=run, args=(f,)) for f in fs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert [e.cause for e in _compiles(log)] == ["first_call", "first_call"]
+    assert "new_function" not in {e.cause for e in log.events}
+
+
+def test_eager_taylax_calls_are_named_eager_traces():
+    # Every eager call traces the user's function to find its program; the program is
+    # compiled once. Neither `unknown` nor "create it once" describes that.
+    f = lambda s: jnp.sin(s) * jnp.exp(s)  # noqa: E731
+    with taylax.watch() as log:
+        for i in range(3):
+            taylax.derivatives(f, 3)(0.3 + i)
+        for i in range(2):  # a new lambda each call: the same program still serves it
+            taylax.derivatives(lambda s: jnp.sin(s) * jnp.exp(s), 3)(0.3 + i)
+    traces = [e for e in log.events if e.phase == "trace"]
+    causes = [e.cause for e in traces]
+    assert causes.count("eager_trace") == 3, causes
+    assert set(causes) == {"first_call", "eager_trace"}, causes
+    assert len(_compiles(log)) == 1
+    eager = next(e for e in traces if e.cause == "eager_trace")
+    assert "`taylax.derivatives`" in eager.detail and "jax.jit" in eager.detail
+    assert all("create it once" not in e.detail for e in log.events)
+
+
+def test_a_new_taylax_program_names_the_changed_order():
+    f = lambda s: jnp.sin(s) * jnp.exp(s) + 0.8125  # noqa: E731 (no other test's program)
+    with taylax.watch() as log:
+        taylax.derivatives(f, 2)(0.3)
+        taylax.derivatives(f, 3)(0.3)
+    event = _compiles(log)[1]
+    assert event.cause == "static_argument", event.detail
+    assert "`taylax.derivatives`" in event.detail and "(2, True) -> (3, True)" in event.detail
+
+
+def test_a_changed_python_number_in_the_function_is_a_new_program_structure():
+    # A captured Python float is a literal of the traced jaxpr: a new value is a new
+    # program (unlike a captured array, which is an argument of the same program).
+    def make(a):
+        return lambda x: jnp.sum(jnp.sin(a * x) ** 2) + 0.8125  # no other test's program
+
+    with taylax.watch() as log:
+        taylax.laplacian(make(2.0))(jnp.ones(3))
+        taylax.laplacian(make(3.0))(jnp.ones(3))
+        taylax.laplacian(make(jnp.asarray(4.0)))(jnp.ones(3))
+        taylax.laplacian(make(jnp.asarray(5.0)))(jnp.ones(3))
+    compiles = _compiles(log)
+    assert [e.cause for e in compiles[:2]] == ["first_call", "program_structure"], [
+        (e.cause, e.detail) for e in compiles
+    ]
+    assert "another structure" in compiles[1].detail
+    assert len(compiles) == 3  # the array-valued `a` compiles once, then reuses it

@@ -267,6 +267,13 @@ def check_order(order, name: str = "order") -> int:
     return int(order)
 
 
+# The attribute that marks `trace_leaves`'s function: `taylax.watch()` names its traces
+# as eager taylax calls (a per-call lookup), not as a re-created function of the user's.
+EAGER_TRACE = "_taylax_eager_trace"
+# The attribute that holds what a cached program was made for (see `cached_program`).
+PROGRAM_MADE_FOR = "_taylax_made_for"
+
+
 def trace_leaves(fun: Callable, args: tuple, api: str):
     """Trace `fun(*args)` to a closed jaxpr over the flat leaves of `args`; return it and the
     output tree."""
@@ -278,6 +285,8 @@ def trace_leaves(fun: Callable, args: tuple, api: str):
         out_leaves, out_tree = jax.tree.flatten(out)
         out_tree_box.append(out_tree)
         return out_leaves
+
+    setattr(flat_fun, EAGER_TRACE, api)
 
     closed = make_jaxpr_explained(flat_fun, api, *flat_args)
     return closed, out_tree_box[0]
@@ -353,6 +362,9 @@ def cached_program(closed, static: tuple, fun: Callable, make: Callable):
         # Named after the user's function, so that compile logs and diagnostics show it.
         name = getattr(fun, "__name__", type(fun).__name__)
         program.__name__ = program.__qualname__ = f"{static[0]}_{name}"
+        # What this program was made for, so that `taylax.watch()` can say why a new one
+        # was compiled: the API's settings, the policy, and the traced jaxpr's structure.
+        setattr(program, PROGRAM_MADE_FOR, (static, _policy.current().name, key and key[2:]))
         return jax.jit(program)
 
     passed = [c for i, c in enumerate(consts) if i not in baked]

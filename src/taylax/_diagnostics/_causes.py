@@ -41,12 +41,39 @@ class Explanation:
 
 def explain_trace(new: Signature, earlier: Sequence[Signature]) -> Explanation:
     """Why `new` was traced: its differences from the nearest of `earlier`."""
+    if new.eager and earlier:
+        return Explanation(
+            "eager_trace",
+            f"an eager call of `{new.eager}` traces {_fun_text(new)} again on every call, to "
+            "find the compiled program for what it computes now (a changed global or "
+            "captured value is seen); the program itself is reused when only values "
+            "changed. To trace once, call it inside a function under `jax.jit`",
+        )
     if not earlier:
         return Explanation(
             "first_call",
             f"first trace of {_fun_text(new)} seen while recording, for {new.describe_args()}",
         )
-    return _nearest(new, earlier, compile_only=False)
+    if new.attributed:
+        return _nearest(new, earlier, compile_only=False)
+    # Another function object made by the same code that is still alive is a separate
+    # function (two closures from one line, one per thread), not a re-creation of it.
+    compared = [old for old in earlier if new.same_function(old) or not _alive_other(new, old)]
+    if not compared:
+        others = len({old.fun_id for old in earlier})
+        return Explanation(
+            "first_call",
+            f"first trace of this function object {_fun_text(new)}, for "
+            f"{new.describe_args()}; {others} other object(s) made by the same code are "
+            "alive, and each has its own cache entries (JAX caches by function identity)",
+        )
+    return _nearest(new, compared, compile_only=False)
+
+
+def _alive_other(new: Signature, old: Signature) -> bool:
+    """Whether `old` was called with another function object that is still alive."""
+    old_fun = old.fun()
+    return old_fun is not None and old_fun is not new.fun()
 
 
 def explain_compile(
@@ -99,7 +126,10 @@ def _placed_like(new: Signature, shardings: tuple) -> Signature | None:
 
 def differences(new: Signature, old: Signature) -> list[Difference]:
     """Every difference between two signatures of the same function, by cause priority."""
-    found = _function_differences(new, old)
+    if new.attributed:  # taylax keys its programs by structure, not function identity
+        found = _program_differences(new, old)
+    else:
+        found = _function_differences(new, old)
     found += _config_differences(new, old)
     found += _static_differences(new, old)
     tree_found = _tree_differences(new, old)
@@ -160,6 +190,49 @@ def _function_differences(new: Signature, old: Signature) -> list[Difference]:
             )
         ]
     return [Difference("new_function", _new_function_detail(new, old))]
+
+
+def _program_differences(new: Signature, old: Signature) -> list[Difference]:
+    """Why taylax compiled a new program for the user's function (eager calls)."""
+    if new.made_for is None or old.made_for is None:
+        return []
+    (settings, policy, structure), (old_settings, old_policy, old_structure) = (
+        new.made_for,
+        old.made_for,
+    )
+    api = f"`taylax.{settings[0]}`"
+    found = []
+    if settings != old_settings:
+        found.append(
+            Difference(
+                "static_argument",
+                f"{api} was called with other settings (order and options): "
+                f"{short(old_settings[1:])} -> {short(settings[1:])}",
+            )
+        )
+    if policy != old_policy:
+        found.append(
+            Difference("config", f"the emission policy in force changed: {old_policy} -> {policy}")
+        )
+    if structure is None:
+        found.append(
+            Difference(
+                "program_structure",
+                f"{_fun_text(new)} traced to a jaxpr that holds a tracer of an enclosing "
+                "transformation, so its program cannot be cached and is compiled on every "
+                f"call; call {api} inside that transformation's function instead",
+            )
+        )
+    elif structure != old_structure:
+        found.append(
+            Difference(
+                "program_structure",
+                f"{_fun_text(new)} traced to a jaxpr of another structure (a Python branch, "
+                "a global, a captured Python number or a power's exponent changed), so "
+                f"{api} compiled a program for it; pass values that change as arguments",
+            )
+        )
+    return found
 
 
 def _new_function_detail(new: Signature, old: Signature) -> str:

@@ -20,6 +20,8 @@ CAUSES: tuple[str, ...] = (
     "weak_type",
     "sharding",
     "committed",
+    "program_structure",
+    "eager_trace",
     "unknown",
 )
 
@@ -35,6 +37,9 @@ CAUSE_HELP: dict[str, str] = {
     "weak_type": "an argument's weak type changed (Python scalar vs array)",
     "sharding": "an argument's sharding or device changed (compiled again, maybe retraced)",
     "committed": "an argument's committed-ness changed (NumPy/uncommitted vs committed array)",
+    "program_structure": "an eager taylax call traced the function to a jaxpr of another "
+    "structure, so a new program was compiled",
+    "eager_trace": "an eager taylax call traced the function again to look up its program",
     "unknown": "nothing the recorder compares changed (caches cleared or evicted?)",
 }
 

@@ -24,6 +24,7 @@ from typing import Any
 import jax.monitoring
 
 from .. import _compat
+from .._programs import EAGER_TRACE, PROGRAM_MADE_FOR
 from ._causes import Explanation, explain_compile, explain_trace
 from ._signature import (
     Signature,
@@ -274,7 +275,12 @@ def _new_call(fun, jit_info, args, kwargs, watchers, *, nested: bool) -> Call:
     try:
         signature = signature_from_call(fun, jit_info, args, kwargs)
         if user is not None:
-            signature = attributed_to(signature, user)
+            signature = attributed_to(
+                signature,
+                user,
+                eager=getattr(fun, EAGER_TRACE, ""),
+                made_for=getattr(fun, PROGRAM_MADE_FOR, None),
+            )
         name, location, error = signature.name, signature.location, None
     except Exception as exc:  # never let the recorder break a call: explain with less
         signature = None

@@ -72,6 +72,8 @@ class Signature:
     attributed: bool = False  # a taylax-internal program reported as the user's function
 
     internal: str = ""  # the taylax program's name when `attributed`
+    eager: str = ""  # the taylax API whose eager call traced the user's function
+    made_for: Any = None  # a taylax program's (settings, policy name, jaxpr structure)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -298,9 +300,11 @@ def _weak_ref(fun):
 _ATTRIBUTED = object()
 
 
-def attributed_to(signature: Signature, fun) -> Signature:
+def attributed_to(signature: Signature, fun, *, eager: str = "", made_for=None) -> Signature:
     """`signature` of one of taylax's internal jitted programs, reported as `fun`'s: the
-    user's function whose derivatives it computes (its name, location and identity)."""
+    user's function whose derivatives it computes (its name, location and identity).
+    `eager`: the taylax API, when the program is its per-call trace of `fun`; `made_for`:
+    what a compiled taylax program was made for (its settings, policy and jaxpr)."""
     name, location, kind = function_name_and_location(fun)
     fun_ref = _weak_ref(fun)
     return dataclasses.replace(
@@ -314,6 +318,8 @@ def attributed_to(signature: Signature, fun) -> Signature:
         captured=captured_values(fun),
         attributed=True,
         internal=f"{signature.name} ({signature.location})",
+        eager=eager,
+        made_for=made_for,
     )
 
 

@@ -244,7 +244,8 @@ def watch(*, recompile_budget: int | None = 10, all_threads: bool = False) -> Wa
     and its code location, the phase (``"trace"``, ``"lower"``, ``"compile"``), a stable
     cause code (``first_call``, ``new_function``, ``static_argument``,
     ``pytree_structure``, ``pytree_aux_data``, ``shape``, ``dtype``, ``weak_type``,
-    ``sharding``, ``committed``, ``config``, ``unknown``), a detail naming the argument
+    ``sharding``, ``committed``, ``config``, ``program_structure``, ``eager_trace``,
+    ``unknown``; the diagnostics guide says what each means), a detail naming the argument
     and the old and new value or type, and the seconds spent. Watching never changes
     results, costs nothing on calls that JAX serves from its C++ cache, and removes its
     hooks when the last active watch exits.
