@@ -328,7 +328,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     # Building blocks: series arithmetic; program tracing and caches; the primitives that
     # wrap a pass (chunks of points, the float32 fallback).
-    ("taylax._series", "taylax._programs", "taylax._point_chunks", "taylax._fallback"),
+    (
+        "taylax._series",
+        "taylax._cuts",
+        "taylax._programs",
+        "taylax._point_chunks",
+        "taylax._fallback",
+    ),
     # Jaxpr tools that know nothing of series: the optimizer, the compile diagnostics.
     ("taylax._optimize", "taylax._diagnostics"),
     # The interpreter: a jaxpr evaluated on series, the rule table.

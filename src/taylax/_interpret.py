@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _compat, _elementwise, _pass, _policy
+from . import _compat, _cuts, _elementwise, _pass, _policy
 from ._series import Series
 
 
@@ -344,10 +344,16 @@ def _eval_jaxpr_series(
 
     groups = _shared_call_groups(jaxpr)
     shared_results: dict[int, list[Series]] = {}
-    read_by_rows = _row_read_equations(jaxpr, _varying_vars(jaxpr, args), order)
+    varying = _varying_vars(jaxpr, args)
+    read_by_rows = _row_read_equations(jaxpr, varying, order)
     primal_only = _primal_only_equations(jaxpr)
+    cuts = _cuts.cut_points(jaxpr, varying, order)
 
     for i, eqn in enumerate(jaxpr.eqns):
+        live = cuts.get(i - 1)
+        if live:  # bound the fused kernels: see `taylax._cuts`
+            for v, s in zip(live, _cuts.materialized([env[v] for v in live]), strict=True):
+                env[v] = s
         if i in shared_results:
             for v, o in zip(eqn.outvars, shared_results.pop(i), strict=True):
                 write(v, o)

@@ -109,6 +109,12 @@ class EmissionPolicy:
     pass's stacks behind an optimization barrier, so the compiler cannot fuse the pass
     into the check's reduction.
 
+    **Fusion cuts** (`taylax._cuts`): `fusion_cut`: after this much work (equations that
+    read a varying value, each weighing `min(K, unroll_max_order)`), the series still to be
+    read pass through one optimization barrier, so that no fused kernel spans more; XLA:CPU
+    runs a long fused chain with several outputs in time exponential in its depth. None:
+    no cuts.
+
     **Program size:** `budget` bounds the number of the user's equations times the order
     (counted up to `unroll_max_order`); a larger pass takes `compact()` (stacks, dots,
     loops): see `within_budget`. None disables it.
@@ -164,6 +170,7 @@ class EmissionPolicy:
     direction_block: int = 16
     fallback_check_apart: bool = False
     guarded_products: bool = False
+    fusion_cut: int | None = 256
     budget: int | None = 1_500
 
     def __post_init__(self):
@@ -255,7 +262,9 @@ GPU = EmissionPolicy(
     fallback_check_apart=True,
 )
 """The policy for XLA:GPU (`gpu`, `cuda`, `rocm`): straight-line code that XLA fuses into few
-kernels; no loop over coefficients, elements or points, no buffer marks.
+kernels; no loop over coefficients, elements or points, no buffer marks. Its fusion cuts
+are the CPU's, unmeasured on a GPU: a guard against kernels that grow with a whole
+unrolled loop, at the price of a few more kernels in long programs.
 
 !!! Example
 

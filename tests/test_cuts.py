@@ -1,0 +1,95 @@
+"""Fusion cuts (`taylax._cuts`): a long pass is materialized every so many equations, so
+that no fused kernel spans an unrolled loop whose run time XLA:CPU makes exponential."""
+
+import dataclasses
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import jet
+
+import taylax
+from reference import xla_cpu_only
+
+
+def rk4_cubic(y, steps, h=0.05):
+    for _ in range(steps):
+        k1 = -(y**3)
+        k2 = -((y + h / 2 * k1) ** 3)
+        k3 = -((y + h / 2 * k2) ** 3)
+        k4 = -((y + h * k3) ** 3)
+        y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return y
+
+
+def _barriers(steps, K, policy):
+    f = lambda y: rk4_cubic(y, steps)  # noqa: E731
+    with taylax.emission_policy(policy):
+        jaxpr = jax.make_jaxpr(taylax.derivatives(f, K))(0.8)
+    return taylax.equation_counts(jaxpr).get("optimization_barrier", 0)
+
+
+@pytest.mark.parametrize("policy", [taylax.CPU, taylax.GPU], ids=["cpu", "gpu"])
+def test_cuts_grow_with_the_loop(policy):
+    # One cut per `fusion_cut` of work: twice the steps, about twice the cuts.
+    few, many = _barriers(8, 4, policy), _barriers(16, 4, policy)
+    assert few >= 1 and many >= 2 * few - 1, (few, many)
+
+
+def test_no_cuts_without_a_fusion_cut_or_in_a_short_pass():
+    uncut = dataclasses.replace(taylax.CPU, name="uncut", fusion_cut=None)
+    assert _barriers(16, 4, uncut) == 0
+    assert _barriers(1, 4, taylax.CPU) == 0
+
+
+def _largest_fusion(compiled_text: str) -> int:
+    """Instructions in the largest fused computation of an optimized HLO module."""
+    sizes, current = [], None
+    for line in compiled_text.splitlines():
+        if re.match(r"^%?[\w.\-]*fused[\w.\-]* .*\{$", line):
+            current = 0
+        elif line.startswith("}"):
+            if current is not None:
+                sizes.append(current)
+            current = None
+        elif current is not None and " = " in line:
+            current += 1
+    return max(sizes)
+
+
+@xla_cpu_only
+def test_fused_kernels_stay_bounded_as_the_loop_grows():
+    # The exponential run time comes from one fused kernel spanning the whole loop: uncut,
+    # the largest kernel grows with the steps; cut, it stays near the cut's size (where
+    # the cuts fall moves it a little), a fraction of the uncut kernel at half the steps.
+    # A small `fusion_cut` keeps the programs small.
+    def largest(steps, policy):
+        f = lambda y: rk4_cubic(y, steps)  # noqa: E731
+        with taylax.emission_policy(policy):
+            compiled = jax.jit(taylax.derivatives(f, 2)).lower(0.8).compile()
+        return _largest_fusion(compiled.as_text())
+
+    cut = dataclasses.replace(taylax.CPU, name="cut", fusion_cut=48)
+    uncut = dataclasses.replace(taylax.CPU, name="uncut", fusion_cut=None)
+    uncut_12 = largest(12, uncut)
+    assert uncut_12 >= 1.8 * largest(6, uncut)
+    assert largest(24, cut) <= uncut_12 / 4
+
+
+@pytest.mark.parametrize("K", [2, 5])
+def test_cuts_change_no_value(K):
+    f = lambda y: rk4_cubic(y, 6)  # noqa: E731 (uncut, 12 steps run for minutes)
+    y0 = jnp.linspace(0.5, 1.0, 7)
+    cut = dataclasses.replace(taylax.CPU, name="cut", fusion_cut=16)
+    uncut = dataclasses.replace(taylax.CPU, name="uncut", fusion_cut=None)
+    results = []
+    for policy in (cut, uncut):
+        with taylax.emission_policy(policy):
+            results.append(jax.jit(jax.vmap(taylax.derivatives(f, K)))(y0))
+    terms = [jnp.ones_like(y0)] + [jnp.zeros_like(y0)] * (K - 1)
+    primal, series = jet.jet(f, (y0,), (terms,))
+    expected = np.stack([primal, *series], axis=1)
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(results[0], expected, rtol=1e-10, atol=1e-12)
