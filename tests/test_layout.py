@@ -338,7 +338,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # Jaxpr tools that know nothing of series: the optimizer, the compile diagnostics.
     ("taylax._optimize", "taylax._diagnostics"),
     # The interpreter: a jaxpr evaluated on series, the rule table.
-    ("taylax._elementwise", "taylax._interpret"),
+    ("taylax._elementwise", "taylax._pointwise", "taylax._interpret"),
     # The Taylor rules, one module per primitive family.
     ("taylax._rules",),
     # What users call: taylor/derivatives/jet, derivative/jacfwd, operators, coverage.

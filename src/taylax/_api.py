@@ -14,6 +14,7 @@ from jax import lax
 
 from . import (
     _point_chunks,
+    _pointwise,
     _policy,
     _rules,  # noqa: F401  (registers the built-in rules)
 )
@@ -187,14 +188,22 @@ def _derivatives_program(order: int, unit: bool = False):
     return make
 
 
-def _taylor_leaves(fun, order, x, v, kind, api, unit=False):
+def _taylor_leaves(fun, order, x, v, kind, api, unit=False, points_last=False):
     """Trace `fun(x)` and run the cached `kind` program on `x`'s and `v`'s leaves.
 
     `unit`: `v` is the default direction 1, known statically (no powers of it needed).
+    `points_last`: a `vmap` around the call puts its batch axis last (`_over_points`).
     """
     x_leaves, in_tree = jax.tree.flatten(x)
     v_leaves = jax.tree.leaves(v)
     closed, out_tree = trace_leaves(fun, (x,), api)
+    shape = None
+    if _policy.current().elementwise_by_points:
+        shape = _pointwise.points_shape(closed, x_leaves)
+    if shape is not None:
+        point_closed, _ = trace_leaves(fun, (_pointwise.point_avals(x),), api)
+        if _pointwise.same_computation(closed, point_closed, shape):
+            return _over_points(fun, order, x, v, kind, api, unit, shape)
     program_for = _taylor_program if kind == "taylor" else _derivatives_program
     program, consts = cached_program(closed, (kind, order, unit), fun, program_for(order, unit))
     # Flat arrays in and out, so that a large batch can run in chunks of points.
@@ -207,8 +216,25 @@ def _taylor_leaves(fun, order, x, v, kind, api, unit=False):
         result_tree[:] = [tree]
         return leaves
 
-    flat = _point_chunks.call(flat_program, [*consts, *x_leaves, *v_leaves])
+    flat = _point_chunks.call(flat_program, [*consts, *x_leaves, *v_leaves], points_last)
     return jax.tree.unflatten(result_tree[0], flat), out_tree
+
+
+def _over_points(fun, order, x, v, kind, api, unit, shape):
+    """`_taylor_leaves` of an elementwise `fun` on arrays of `shape`, as a `jax.vmap` of
+    its pass at one point over the flattened arrays (`taylax._pointwise`)."""
+    out_tree = []
+
+    def one_point(xp, vp):
+        leaves, tree = _taylor_leaves(fun, order, xp, vp, kind, api, unit, points_last=True)
+        out_tree[:] = [tree]
+        return leaves
+
+    flat = lambda tree: jax.tree.map(lambda leaf: jnp.reshape(leaf, (-1,)), tree)  # noqa: E731
+    # Points last: each output keeps the whole-array layout `(..., *shape)`.
+    out = jax.vmap(one_point, out_axes=-1)(flat(x), flat(v))
+    out = jax.tree.map(lambda o: jnp.reshape(o, o.shape[:-1] + shape), out)
+    return out, out_tree[0]
 
 
 def _check_direction(x, v):

@@ -57,13 +57,17 @@ class PointProgram:
         return self.fun(*args)
 
 
-def call(fun: Callable, args: list) -> list:
+def call(fun: Callable, args: list, points_last: bool = False) -> list:
     """`fun(*args)` (flat arrays in, a list of arrays out), run in chunks of points where a
-    `jax.vmap` around it batches many points (see the module docstring)."""
+    `jax.vmap` around it batches many points (see the module docstring).
+
+    `points_last`: the batch axis of every output is its last one (the `vmap` around it
+    has `out_axes=-1`), so the chunks are written straight into that layout.
+    """
     if not any(isinstance(a, _compat.BatchTracer) for a in args):
         return list(fun(*args))
     avals = [jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)) for a in args]
-    return chunked_call_p.bind(*args, program=PointProgram(fun, avals))
+    return chunked_call_p.bind(*args, program=PointProgram(fun, avals), points_last=points_last)
 
 
 # Primitives that read the batch axis by name: a loop over chunks would hand them a chunk,
@@ -152,9 +156,9 @@ def _output_row_buffers(closed, order: int, policy) -> tuple[int, int]:
     return rows, size
 
 
-def _batch(axis_data, args, dims, *, program):
+def _batch(axis_data, args, dims, *, program, points_last):
     if all(d is None for d in dims):
-        outs = chunked_call_p.bind(*args, program=program)
+        outs = chunked_call_p.bind(*args, program=program, points_last=points_last)
         return outs, [None] * len(outs)
     points = axis_data.size
     chunking = _chunk_points(points, program)
@@ -166,8 +170,9 @@ def _batch(axis_data, args, dims, *, program):
             axis_name=axis_data.name,
             axis_size=axis_data.size,
             spmd_axis_name=axis_data.spmd_name,
+            out_axes=-1 if points_last else 0,
         )(*args)
-        return list(outs), [0] * len(outs)
+        return list(outs), [o.ndim - 1 if points_last else 0 for o in outs]
     batched = [i for i, d in enumerate(dims) if d is not None]
     moved = [jnp.moveaxis(args[i], dims[i], 0) for i in batched]
 
@@ -178,6 +183,9 @@ def _batch(axis_data, args, dims, *, program):
         return list(program(*full))
 
     size, high = chunking
+    if points_last:
+        outs = _in_chunks_last(jax.vmap(one_point), moved, points, size, through_cond=high)
+        return outs, [o.ndim - 1 for o in outs]
     outs = _in_chunks(jax.vmap(one_point), moved, points, size, through_cond=high)
     return outs, [0] * len(outs)
 
@@ -211,6 +219,38 @@ def _in_chunks(one_chunk: Callable, args: list, points: int, size: int, through_
     return outs
 
 
+def _in_chunks_last(
+    one_chunk: Callable, args: list, points: int, size: int, through_cond: bool
+) -> list:
+    """`_in_chunks` with the point axis of every output last: each chunk's outputs are
+    moved while in cache and written in place into buffers of the whole batch, where
+    stacking the chunks and moving the axis afterwards would copy every output once more
+    (docs/EMISSION.md, "Whole arrays")."""
+    full = points // size
+    heads = [a[: full * size].reshape((full, size) + a.shape[1:]) for a in args]
+    shapes = jax.eval_shape(one_chunk, [h[0] for h in heads])
+    buffers = [jnp.zeros(o.shape[1:] + (points,), o.dtype) for o in shapes]
+
+    def body(buffers, xs):
+        index, chunk = xs
+        outs = one_chunk(chunk)
+        if through_cond:
+            outs = jax.lax.cond(index >= 0, lambda o: o, _never, outs)
+        return [
+            jax.lax.dynamic_update_slice_in_dim(b, jnp.moveaxis(o, 0, -1), index * size, -1)
+            for b, o in zip(buffers, outs)
+        ], None
+
+    buffers, _ = jax.lax.scan(body, buffers, (jnp.arange(full), heads))
+    if full * size < points:
+        rest = one_chunk([a[full * size :] for a in args])
+        buffers = [
+            jax.lax.dynamic_update_slice_in_dim(b, jnp.moveaxis(r, 0, -1), full * size, -1)
+            for b, r in zip(buffers, rest)
+        ]
+    return buffers
+
+
 def _never(outs: list) -> list:
     """The branch a chunk never takes: NaN (zeros where not inexact), so that it differs
     from the other branch and XLA keeps the conditional."""
@@ -220,16 +260,18 @@ def _never(outs: list) -> list:
     ]
 
 
-def _impl(*args, program):
+def _impl(*args, program, points_last):
+    del points_last
     return list(program(*args))
 
 
-def _abstract_eval(*avals, program):
-    del avals
+def _abstract_eval(*avals, program, points_last):
+    del avals, points_last
     return [_compat.shaped_array(v.aval.shape, v.aval.dtype) for v in program.closed.outvars]
 
 
-def _jvp(primals, tangents, *, program):
+def _jvp(primals, tangents, *, program, points_last):
+    del points_last
     tangents = [_compat.ad.instantiate_zeros(t) for t in tangents]
     outs, out_tangents = jax.jvp(lambda *a: list(program(*a)), list(primals), tangents)
     return outs, out_tangents

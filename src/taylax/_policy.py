@@ -81,6 +81,9 @@ class EmissionPolicy:
       points (`taylax._point_chunks`, whose thresholds are `chunk_points` etc.);
       `chunk_max_bytes`: chunks are halved (down to `high_order_chunk_points`) until
       their buffers fit in it; None keeps `chunk_points`.
+    - `elementwise_by_points`: a whole-array call of a function that maps elements
+      independently runs as a `vmap` of its pass at one point over the flattened arrays
+      (`taylax._pointwise`), so that it takes the chunks a `vmap` takes.
 
     **Values computed once** (`taylax._once`): at orders up to
     `unmarked_any_size_max_order` no value is marked; up to `unmarked_max_order`, values
@@ -144,6 +147,7 @@ class EmissionPolicy:
     scalar_products_as_dots: bool = False
     element_chunk: int | None = 8192
     point_chunks: bool = True
+    elementwise_by_points: bool = True
     chunk_points: int = 1 << 16
     chunked_min_bytes: int = 32 << 20
     chunked_min_buffers: int = 8
@@ -257,12 +261,14 @@ GPU = EmissionPolicy(
     stacked_product_rows_max_order=4,
     element_chunk=None,
     point_chunks=False,
+    elementwise_by_points=False,
     mark_values=False,
     blocked_directions=False,
     fallback_check_apart=True,
 )
 """The policy for XLA:GPU (`gpu`, `cuda`, `rocm`): straight-line code that XLA fuses into few
-kernels; no loop over coefficients, elements or points, no buffer marks. Its fusion cuts
+kernels; no loop over coefficients, elements or points, no buffer marks. Whole-array calls of
+elementwise functions stay whole-array passes (unmeasured as a `vmap` on a GPU). Its fusion cuts
 are the CPU's, unmeasured on a GPU: a guard against kernels that grow with a whole
 unrolled loop, at the price of a few more kernels in long programs.
 

@@ -1,0 +1,156 @@
+"""Whole-array calls of elementwise functions run as passes over points
+(`taylax._pointwise`): the vmapped program, the whole-array layout, the same values, and
+the whole-array pass wherever the function is not elementwise at every point."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import taylax
+from reference import all_equations, nested_jvp_derivatives
+
+jax.config.update("jax_enable_x64", True)
+
+pytestmark = pytest.mark.usefixtures("cpu_policy")
+
+
+def damped_wave(t):
+    return jnp.exp(-(t**2) / 2) * jnp.cos(3 * t) / (1 + t**2)
+
+
+@pytest.fixture
+def small_chunks(emission):
+    """Chunks of 16 points from 32 points on, whatever the buffers' size; returns the
+    changes to the CPU policy."""
+    changes = dict(
+        chunk_points=16, chunked_min_bytes=1, high_order_chunk_points=16, high_order_min_bytes=1
+    )
+    emission(**changes)
+    return changes
+
+
+def _primitives(fn, *args) -> set[str]:
+    return {e.primitive.name for e in all_equations(jax.make_jaxpr(fn)(*args))}
+
+
+def _per_point(f, order, x, v):
+    """Each element's derivatives, by a jitted scalar call per point (no batching at all)."""
+    one = jax.jit(taylax.derivatives(f, order))
+    flat = [one(a, b) for a, b in zip(np.ravel(x), np.ravel(v))]
+    return np.stack(flat, axis=-1).reshape((order + 1, *np.shape(x)))
+
+
+@pytest.mark.parametrize("shape", [(70,), (5, 14)])
+def test_whole_arrays_run_in_chunks_of_points(small_chunks, shape):
+    x = jnp.linspace(0.5, 1.5, int(np.prod(shape))).reshape(shape)
+    v = jnp.linspace(1.0, 2.0, x.size).reshape(shape)
+    d = taylax.derivatives(damped_wave, 8)
+    # The loop over chunks of points that a vmapped call of this size takes.
+    assert "scan" in _primitives(d, x, v)
+    out = jax.jit(d)(x, v)
+    assert out.shape == (9, *shape)
+    np.testing.assert_allclose(out, _per_point(damped_wave, 8, x, v), rtol=1e-12, atol=0)
+    # The same program as the vmap a user could write, transposed to the whole-array layout.
+    vmapped = jax.jit(jax.vmap(d))(x.ravel(), v.ravel())
+    np.testing.assert_array_equal(out, vmapped.T.reshape(out.shape))
+
+
+def test_whole_array_taylor_layout(small_chunks):
+    x = jnp.linspace(0.5, 1.5, 40)
+    y, c = taylax.taylor(damped_wave, 5)(x, jnp.ones_like(x))
+    assert y.shape == (40,) and c.shape == (5, 40)
+    d = _per_point(damped_wave, 5, x, jnp.ones_like(x))
+    factorials = np.array([1, 1, 2, 6, 24, 120], float)[:, None]
+    np.testing.assert_allclose(y, d[0], rtol=1e-14)
+    np.testing.assert_allclose(c, d[1:] / factorials[1:], rtol=1e-13)
+
+
+def test_small_arrays_match_nested_jvp():
+    # Small arrays: one vmap of the point pass (no chunks), against nested jax.jvp.
+    x = jnp.linspace(-0.7, 0.9, 6)
+    v = jnp.linspace(0.5, 1.5, 6)
+    f = lambda t: jax.nn.softplus(2 * t) * jnp.tanh(t) + jnp.sqrt(1 + t * t)  # noqa: E731
+    np.testing.assert_allclose(
+        taylax.derivatives(f, 6)(x, v), nested_jvp_derivatives(f, x, v, 6), rtol=1e-11
+    )
+
+
+def test_a_function_that_reads_its_shape_stays_whole(small_chunks):
+    # Elementwise on the whole array, other constants at one point: not run per point.
+    x = jnp.linspace(0.5, 1.5, 64)
+    v = jnp.ones_like(x)
+    f = lambda t: jnp.sin(t) / t.size  # noqa: E731
+    assert "scan" not in _primitives(taylax.derivatives(f, 4), x, v)
+    np.testing.assert_allclose(
+        taylax.derivatives(f, 4)(x, v), nested_jvp_derivatives(f, x, v, 4), rtol=1e-13
+    )
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda t: jnp.sin(t) * jnp.linspace(1.0, 2.0, 64),  # an array constant
+        lambda t: jnp.exp(t) * jnp.sum(t),  # a reduction
+        lambda t: jnp.cos(jnp.roll(t, 1)) * t,  # a permutation
+    ],
+    ids=["array-constant", "reduction", "roll"],
+)
+def test_non_elementwise_functions_stay_whole(small_chunks, f):
+    x = jnp.linspace(0.5, 1.5, 64)
+    v = jnp.linspace(1.0, 1.5, 64)
+    assert "scan" not in _primitives(taylax.derivatives(f, 4), x, v)
+    np.testing.assert_allclose(
+        taylax.derivatives(f, 4)(x, v), nested_jvp_derivatives(f, x, v, 4), rtol=1e-12
+    )
+
+
+def test_scalar_constants_are_per_call_values(small_chunks):
+    # A closed-over 0-d array is an argument: a new value gives new derivatives.
+    x = jnp.linspace(0.5, 1.5, 64)
+    for w in (0.5, 0.75):
+        w = jnp.asarray(w)
+        f = lambda t: jnp.sin(w * t) * jnp.exp(t)  # noqa: B023, E731
+        np.testing.assert_allclose(
+            taylax.derivatives(f, 5)(x, jnp.ones_like(x)),
+            _per_point(f, 5, x, jnp.ones_like(x)),
+            rtol=1e-13,
+        )
+
+
+def test_pytree_inputs_of_one_shape(small_chunks):
+    x = {"a": jnp.linspace(0.5, 1.5, 48), "b": jnp.linspace(-1.0, 1.0, 48)}
+    v = {"a": jnp.ones(48), "b": jnp.full(48, 0.5)}
+    f = lambda p: (damped_wave(p["a"]) * jnp.exp(p["b"]), p["a"] ** 3)  # noqa: E731
+    out = taylax.derivatives(f, 4)(x, v)
+    assert "scan" in _primitives(taylax.derivatives(f, 4), x, v)
+    g = lambda s: f(jax.tree.map(lambda a, b: a + s * b, x, v))  # noqa: E731
+    for got, want in zip(out, nested_jvp_derivatives(g, 0.0, 1.0, 4)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_gradient_through_a_whole_array_call(small_chunks):
+    x = jnp.linspace(0.5, 1.5, 64)
+
+    def loss(w, batched):
+        f = lambda t: jnp.exp(-w * t**2) * jnp.cos(t)  # noqa: E731
+        d = taylax.derivatives(f, 6)
+        out = jax.vmap(d)(x, jnp.ones_like(x)).T if batched else d(x, jnp.ones_like(x))
+        return jnp.sum(out[3] ** 2)
+
+    np.testing.assert_allclose(jax.grad(loss)(0.7, False), jax.grad(loss)(0.7, True), rtol=1e-12)
+
+
+def test_the_policy_can_keep_whole_arrays(small_chunks, emission):
+    # The GPU policy keeps whole-array passes (a vmap there is unmeasured).
+    x = jnp.linspace(0.5, 1.5, 64)
+    d = taylax.derivatives(damped_wave, 8)
+    assert "scan" in _primitives(d, x, jnp.ones_like(x))
+    emission(**small_chunks, elementwise_by_points=False)
+    assert "scan" not in _primitives(d, x, jnp.ones_like(x))
+    np.testing.assert_allclose(
+        d(x, jnp.ones_like(x)), _per_point(damped_wave, 8, x, jnp.ones_like(x)), rtol=1e-12
+    )
+    assert not taylax.GPU.elementwise_by_points
