@@ -26,7 +26,11 @@ def small_chunks(emission):
     """Chunks of 16 points from 32 points on, whatever the buffers' size; returns the
     changes to the CPU policy."""
     changes = dict(
-        chunk_points=16, chunked_min_bytes=1, high_order_chunk_points=16, high_order_min_bytes=1
+        chunk_points=16,
+        chunked_min_bytes=1,
+        high_order_chunk_points=16,
+        high_order_min_bytes=1,
+        elementwise_by_points_min_bytes=1,
     )
     emission(**changes)
     return changes
@@ -148,9 +152,30 @@ def test_the_policy_can_keep_whole_arrays(small_chunks, emission):
     x = jnp.linspace(0.5, 1.5, 64)
     d = taylax.derivatives(damped_wave, 8)
     assert "scan" in _primitives(d, x, jnp.ones_like(x))
-    emission(**small_chunks, elementwise_by_points=False)
+    emission(**{**small_chunks, "elementwise_by_points_min_bytes": None})
     assert "scan" not in _primitives(d, x, jnp.ones_like(x))
     np.testing.assert_allclose(
         d(x, jnp.ones_like(x)), _per_point(damped_wave, 8, x, jnp.ones_like(x)), rtol=1e-12
     )
-    assert not taylax.GPU.elementwise_by_points
+    assert taylax.GPU.elementwise_by_points_min_bytes is None
+
+
+def test_small_series_stay_whole(small_chunks, emission):
+    # Below the policy's bytes, whole-array rows were as fast or faster than chunks.
+    x = jnp.linspace(0.5, 1.5, 64)
+    emission(**{**small_chunks, "elementwise_by_points_min_bytes": 64 * 9 * 8 + 1})
+    assert "scan" not in _primitives(taylax.derivatives(damped_wave, 8), x, jnp.ones_like(x))
+    emission(**{**small_chunks, "elementwise_by_points_min_bytes": 64 * 9 * 8})
+    assert "scan" in _primitives(taylax.derivatives(damped_wave, 8), x, jnp.ones_like(x))
+
+
+def test_passes_that_a_vmap_runs_whole_stay_whole(small_chunks):
+    # A pass with few buffers runs as one vmap, not in chunks: its whole-array pass is kept.
+    x = jnp.linspace(0.5, 1.5, 64)
+    f = lambda t: 0.3 * jnp.sin(t) * t**10  # noqa: E731
+    d = taylax.derivatives(f, 8)
+    assert "scan" not in _primitives(jax.vmap(d), x)
+    assert "scan" not in _primitives(d, x, jnp.ones_like(x))
+    np.testing.assert_allclose(
+        d(x, jnp.ones_like(x)), nested_jvp_derivatives(f, x, jnp.ones_like(x), 8), rtol=1e-12
+    )

@@ -188,26 +188,13 @@ def _derivatives_program(order: int, unit: bool = False):
     return make
 
 
-def _taylor_leaves(fun, order, x, v, kind, api, unit=False, points_last=False):
-    """Trace `fun(x)` and run the cached `kind` program on `x`'s and `v`'s leaves.
-
-    `unit`: `v` is the default direction 1, known statically (no powers of it needed).
-    `points_last`: a `vmap` around the call puts its batch axis last (`_over_points`).
-    """
-    x_leaves, in_tree = jax.tree.flatten(x)
-    v_leaves = jax.tree.leaves(v)
-    closed, out_tree = trace_leaves(fun, (x,), api)
-    shape = None
-    if _policy.current().elementwise_by_points:
-        shape = _pointwise.points_shape(closed, x_leaves)
-    if shape is not None:
-        point_closed, _ = trace_leaves(fun, (_pointwise.point_avals(x),), api)
-        if _pointwise.same_computation(closed, point_closed, shape):
-            return _over_points(fun, order, x, v, kind, api, unit, shape)
+def _flat_program(closed, fun, order: int, kind: str, unit: bool, num_x: int):
+    """The cached `kind` program for `closed` as a function of flat arrays (constants, then
+    `x`'s and `v`'s leaves) returning a list, its constants, and a box that holds its
+    result's tree once it has been traced."""
     program_for = _taylor_program if kind == "taylor" else _derivatives_program
     program, consts = cached_program(closed, (kind, order, unit), fun, program_for(order, unit))
-    # Flat arrays in and out, so that a large batch can run in chunks of points.
-    sizes = (len(consts), len(x_leaves))
+    sizes = (len(consts), num_x)
     result_tree = []
 
     def flat_program(*args):
@@ -216,25 +203,62 @@ def _taylor_leaves(fun, order, x, v, kind, api, unit=False, points_last=False):
         result_tree[:] = [tree]
         return leaves
 
-    flat = _point_chunks.call(flat_program, [*consts, *x_leaves, *v_leaves], points_last)
+    return flat_program, consts, result_tree
+
+
+def _taylor_leaves(fun, order, x, v, kind, api, unit=False):
+    """Trace `fun(x)` and run the cached `kind` program on `x`'s and `v`'s leaves.
+
+    `unit`: `v` is the default direction 1, known statically (no powers of it needed).
+    """
+    x_leaves, in_tree = jax.tree.flatten(x)
+    v_leaves = jax.tree.leaves(v)
+    closed, out_tree = trace_leaves(fun, (x,), api)
+    over_points = _over_points(fun, order, x, v, kind, api, unit, closed)
+    if over_points is not None:
+        return over_points, out_tree
+    flat_program, consts, result_tree = _flat_program(closed, fun, order, kind, unit, len(x_leaves))
+    # Flat arrays in and out, so that a large batch can run in chunks of points.
+    flat = _point_chunks.call(flat_program, [*consts, *x_leaves, *v_leaves])
     return jax.tree.unflatten(result_tree[0], flat), out_tree
 
 
-def _over_points(fun, order, x, v, kind, api, unit, shape):
-    """`_taylor_leaves` of an elementwise `fun` on arrays of `shape`, as a `jax.vmap` of
-    its pass at one point over the flattened arrays (`taylax._pointwise`)."""
-    out_tree = []
-
-    def one_point(xp, vp):
-        leaves, tree = _taylor_leaves(fun, order, xp, vp, kind, api, unit, points_last=True)
-        out_tree[:] = [tree]
-        return leaves
-
-    flat = lambda tree: jax.tree.map(lambda leaf: jnp.reshape(leaf, (-1,)), tree)  # noqa: E731
+def _over_points(fun, order, x, v, kind, api, unit, closed):
+    """`_taylor_leaves`'s result for an elementwise `fun` on whole arrays, as a `jax.vmap`
+    of its pass at one point over the flattened arrays, run in chunks of points
+    (`taylax._pointwise`); None where `fun` is not elementwise, where its series are
+    smaller than the policy's `elementwise_by_points_min_bytes`, or where that `vmap`
+    would not run in chunks: there the whole-array pass, whose rows are contiguous, was as
+    fast or faster (docs/EMISSION.md, "Whole arrays")."""
+    min_bytes = _policy.current().elementwise_by_points_min_bytes
+    x_leaves, v_leaves = jax.tree.leaves(x), jax.tree.leaves(v)
+    series_bytes = (order + 1) * sum(np.size(a) * jnp.result_type(a).itemsize for a in x_leaves)
+    if min_bytes is None or series_bytes < min_bytes:
+        return None
+    shape = _pointwise.points_shape(closed, x_leaves)
+    if shape is None:
+        return None
+    point_x = _pointwise.point_avals(x)
+    point_closed, _ = trace_leaves(fun, (point_x,), api)
+    if not _pointwise.same_computation(closed, point_closed, shape):
+        return None
+    flat_program, consts, result_tree = _flat_program(
+        point_closed, fun, order, kind, unit, len(x_leaves)
+    )
+    avals = [jax.ShapeDtypeStruct(np.shape(c), jnp.result_type(c)) for c in consts]
+    avals += jax.tree.leaves(point_x) + jax.tree.leaves(_pointwise.point_avals(v))
+    program = _point_chunks.PointProgram(flat_program, avals)
+    if not _point_chunks.runs_in_chunks(math.prod(shape), program):
+        return None
+    flat = [jnp.reshape(leaf, (-1,)) for leaf in [*x_leaves, *v_leaves]]
     # Points last: each output keeps the whole-array layout `(..., *shape)`.
-    out = jax.vmap(one_point, out_axes=-1)(flat(x), flat(v))
-    out = jax.tree.map(lambda o: jnp.reshape(o, o.shape[:-1] + shape), out)
-    return out, out_tree[0]
+    out = jax.vmap(
+        lambda *args: _point_chunks.chunked_call_p.bind(*args, program=program, points_last=True),
+        in_axes=[None] * len(consts) + [0] * len(flat),
+        out_axes=-1,
+    )(*consts, *flat)
+    out = [jnp.reshape(o, o.shape[:-1] + shape) for o in out]
+    return jax.tree.unflatten(result_tree[0], out)
 
 
 def _check_direction(x, v):

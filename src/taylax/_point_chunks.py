@@ -104,6 +104,11 @@ def buffered_bytes(equations) -> tuple[int, int]:
     return count, size
 
 
+def runs_in_chunks(points: int, program: PointProgram) -> bool:
+    """Whether a `vmap` of `program` over `points` points runs in chunks of points."""
+    return _chunk_points(points, program) is not None
+
+
 def _chunk_points(points: int, program: PointProgram) -> tuple[int, bool] | None:
     """`(points per chunk, whether the pass is of high order)` for a batch of `points`,
     or None for one vmap."""

@@ -6,7 +6,8 @@ is an `N`-element array: at `N` = 1,048,576 and K = 32 each row leaves the cache
 before the next one reads it. The same pass under `jax.vmap` over points runs in
 chunks of points that stay in cache (`taylax._point_chunks`), and on XLA:CPU it is
 2-3x faster and keeps half the memory (docs/EMISSION.md, "Whole arrays"). So a
-whole-array call whose function maps elements independently is run as that `vmap`:
+whole-array call whose function maps elements independently is run as that `vmap`
+where it pays (large series, a `vmap` that runs in chunks: `taylax._api._over_points`):
 users need not know to write it.
 
 The function is traced twice: once on the whole arrays (its jaxpr says whether it is

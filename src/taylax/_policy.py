@@ -81,9 +81,10 @@ class EmissionPolicy:
       points (`taylax._point_chunks`, whose thresholds are `chunk_points` etc.);
       `chunk_max_bytes`: chunks are halved (down to `high_order_chunk_points`) until
       their buffers fit in it; None keeps `chunk_points`.
-    - `elementwise_by_points`: a whole-array call of a function that maps elements
-      independently runs as a `vmap` of its pass at one point over the flattened arrays
-      (`taylax._pointwise`), so that it takes the chunks a `vmap` takes.
+    - `elementwise_by_points_min_bytes`: a whole-array call of a function that maps
+      elements independently, whose series take at least this many bytes (points times
+      `K + 1` coefficients), runs as a `vmap` of its pass at one point over the flattened
+      arrays where that `vmap` runs in chunks (`taylax._pointwise`); None never does.
 
     **Values computed once** (`taylax._once`): at orders up to
     `unmarked_any_size_max_order` no value is marked; up to `unmarked_max_order`, values
@@ -147,7 +148,7 @@ class EmissionPolicy:
     scalar_products_as_dots: bool = False
     element_chunk: int | None = 8192
     point_chunks: bool = True
-    elementwise_by_points: bool = True
+    elementwise_by_points_min_bytes: int | None = 32 << 20
     chunk_points: int = 1 << 16
     chunked_min_bytes: int = 32 << 20
     chunked_min_buffers: int = 8
@@ -261,7 +262,7 @@ GPU = EmissionPolicy(
     stacked_product_rows_max_order=4,
     element_chunk=None,
     point_chunks=False,
-    elementwise_by_points=False,
+    elementwise_by_points_min_bytes=None,
     mark_values=False,
     blocked_directions=False,
     fallback_check_apart=True,
