@@ -72,16 +72,6 @@ def test_whole_array_taylor_layout(small_chunks):
     np.testing.assert_allclose(c, d[1:] / factorials[1:], rtol=1e-13)
 
 
-def test_small_arrays_match_nested_jvp():
-    # Small arrays: one vmap of the point pass (no chunks), against nested jax.jvp.
-    x = jnp.linspace(-0.7, 0.9, 6)
-    v = jnp.linspace(0.5, 1.5, 6)
-    f = lambda t: jax.nn.softplus(2 * t) * jnp.tanh(t) + jnp.sqrt(1 + t * t)  # noqa: E731
-    np.testing.assert_allclose(
-        taylax.derivatives(f, 6)(x, v), nested_jvp_derivatives(f, x, v, 6), rtol=1e-11
-    )
-
-
 def test_a_function_that_reads_its_shape_stays_whole(small_chunks):
     # Elementwise on the whole array, other constants at one point: not run per point.
     x = jnp.linspace(0.5, 1.5, 64)
@@ -173,9 +163,9 @@ def test_passes_that_a_vmap_runs_whole_stay_whole(small_chunks):
     # A pass with few buffers runs as one vmap, not in chunks: its whole-array pass is kept.
     x = jnp.linspace(0.5, 1.5, 64)
     f = lambda t: 0.3 * jnp.sin(t) * t**10  # noqa: E731
-    d = taylax.derivatives(f, 8)
+    d = taylax.derivatives(f, 6)
     assert "scan" not in _primitives(jax.vmap(d), x)
     assert "scan" not in _primitives(d, x, jnp.ones_like(x))
     np.testing.assert_allclose(
-        d(x, jnp.ones_like(x)), nested_jvp_derivatives(f, x, jnp.ones_like(x), 8), rtol=1e-12
+        d(x, jnp.ones_like(x)), nested_jvp_derivatives(f, x, jnp.ones_like(x), 6), rtol=1e-12
     )
