@@ -57,17 +57,18 @@ class PointProgram:
         return self.fun(*args)
 
 
-def call(fun: Callable, args: list, points_last: bool = False) -> list:
+def call(fun: Callable, args: list) -> list:
     """`fun(*args)` (flat arrays in, a list of arrays out), run in chunks of points where a
     `jax.vmap` around it batches many points (see the module docstring).
 
-    `points_last`: the batch axis of every output is its last one (the `vmap` around it
-    has `out_axes=-1`), so the chunks are written straight into that layout.
+    (`chunked_call_p`'s parameter `points_last` says that the `vmap` around it puts the
+    batch axis of every output last, so that chunks are written straight into that
+    layout; `taylax._api` binds it so for whole arrays of elementwise functions.)
     """
     if not any(isinstance(a, _compat.BatchTracer) for a in args):
         return list(fun(*args))
     avals = [jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)) for a in args]
-    return chunked_call_p.bind(*args, program=PointProgram(fun, avals), points_last=points_last)
+    return chunked_call_p.bind(*args, program=PointProgram(fun, avals), points_last=False)
 
 
 # Primitives that read the batch axis by name: a loop over chunks would hand them a chunk,
