@@ -30,7 +30,7 @@ from ._programs import const_value_key
 
 # Equations that only broadcast a scalar or restate a value's type: a point trace has
 # none of them where the whole-array trace does, so both skip them.
-_SHAPE_ONLY = frozenset({"broadcast_in_dim", "copy", "copy_p"})
+_SHAPE_ONLY = frozenset({"broadcast_in_dim", "copy"})
 
 
 class _NotPointwise(Exception):
