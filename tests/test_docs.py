@@ -1,7 +1,8 @@
 """The docs site's coverage, checked without the docs tools (mkdocs is not needed here).
 
 * `taylax.__all__` lists exactly the public names the package exports (its submodules,
-  such as `taylax.cli`, are not names it exports);
+  such as `taylax.cli`, are not names it exports), and so does each public subpackage's
+  (`taylax.ode`), whose names count as `ode.NAME`;
 * every public name has a docstring with an example (an `Example` admonition or section,
   or a doctest `>>>`). Functions and classes carry their own `__doc__`; a constant (a
   policy, the rule table) has the attribute docstring that mkdocstrings reads, the string
@@ -17,6 +18,8 @@
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 import importlib.util
 import inspect
 import re
@@ -30,12 +33,21 @@ from taylax import cli
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 INIT = ROOT / "src" / "taylax" / "__init__.py"
-ENTRY = re.compile(r"^:::\s+taylax\.(\w+)\s*$", re.MULTILINE)
+ENTRY = re.compile(r"^:::\s+taylax\.([\w.]+)\s*$", re.MULTILINE)
+# Public subpackages: their names are public as `SUBPACKAGE.NAME`.
+SUBPACKAGES = ("ode",)
 NAV_PAGE = re.compile(r"^\s*-\s+(?:[^:\n]+:\s+)?(\S+\.md)\s*$")
 
 
 def _public_names() -> list[str]:
-    return sorted(taylax.__all__)
+    names = list(taylax.__all__)
+    for sub in SUBPACKAGES:
+        names += [f"{sub}.{name}" for name in getattr(taylax, sub).__all__]
+    return sorted(names)
+
+
+def _resolve(name: str):
+    return functools.reduce(getattr, name.split("."), taylax)
 
 
 def _defining_modules() -> dict[str, str]:
@@ -70,7 +82,7 @@ def _attribute_docstring(module: str, name: str) -> str | None:
 
 
 def _docstring(name: str) -> str | None:
-    obj = getattr(taylax, name)
+    obj = _resolve(name)
     if inspect.isfunction(obj) or inspect.isclass(obj):
         return obj.__doc__ and inspect.cleandoc(obj.__doc__)
     return _attribute_docstring(_defining_modules()[name], name)
@@ -90,14 +102,16 @@ def _nav_pages() -> list[str]:
     return [match.group(1) for line in nav.splitlines() if (match := NAV_PAGE.match(line))]
 
 
-def test_all_lists_the_public_names():
+@pytest.mark.parametrize("namespace", ["taylax", *(f"taylax.{sub}" for sub in SUBPACKAGES)])
+def test_all_lists_the_public_names(namespace):
+    module = importlib.import_module(namespace)
     public = sorted(
         name
-        for name in dir(taylax)
-        if not name.startswith("_") and not inspect.ismodule(getattr(taylax, name))
+        for name in dir(module)
+        if not name.startswith("_") and not inspect.ismodule(getattr(module, name))
     )
-    assert _public_names() == public
-    assert len(set(taylax.__all__)) == len(taylax.__all__)
+    assert sorted(module.__all__) == public
+    assert len(set(module.__all__)) == len(module.__all__)
 
 
 def test_every_public_name_has_a_docstring_with_an_example():

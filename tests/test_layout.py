@@ -350,6 +350,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "taylax._biharmonic",
         "taylax._operators",
         "taylax._coverage",
+        "taylax.ode",
     ),
     # The package's face and the command line.
     ("taylax", "taylax.cli", "taylax._demo"),

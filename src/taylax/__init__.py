@@ -4,6 +4,7 @@ k nested derivatives cost one pass of order k: every value of the program is
 propagated as a truncated Taylor series, one stacked array per value.
 """
 
+from . import ode as ode
 from ._api import derivatives as derivatives, jet as jet, taylor as taylor
 from ._count import equation_counts as equation_counts
 from ._derivative import derivative as derivative, jacfwd as jacfwd

@@ -1,0 +1,216 @@
+"""Taylor coefficients of the solution of an ODE `y' = f(t, y, args)` at `(t0, y0)`.
+
+The solution's coefficients are known one order at a time: `y_{k+1} = F_k / (k + 1)`,
+where `F(s) = f(t0 + s, y(s), args)` and `F_k` depends on `y_0..y_k` only. Evaluating
+that recurrence with whole-series passes costs a pass per order, O(K^3) in all. Here the
+known order doubles each sweep instead (Newton's method on the series, as in Brent and
+Kung's algorithms for power series): with `y_0..y_m` known, write the solution as
+`y = p + z` with `p` the known polynomial and `z = O(s^(m+1))`. Then
+
+    F = f(t, p) + J(s) z + O(s^(2m+2)),     J(s) = df/dy (t0 + s, p(s)),
+
+so one pass of `f` along `p` (to order 2m + 1) and one pass of its Jacobian `df/dy`
+along `p` (to order m) give `y_{m+1}..y_{2m+2}` by a linear recurrence. About log2(K)
+sweeps, planned backwards from K so that the last one doubles fully; its passes, of
+orders K - 1 and about K / 2, dominate: O(K^2) coefficient work in all, times about
+(1 + n / 4) for a state of n numbers (the Jacobian's n columns at half the order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from .._api import jet
+from .._programs import check_order
+
+
+def _check_state(y0) -> None:
+    leaves = jax.tree.leaves(y0)
+    if not leaves:
+        raise ValueError("`y0` holds no arrays: pass the initial state as an array or a pytree.")
+    for leaf in leaves:
+        dtype = jnp.result_type(leaf)
+        if not jnp.issubdtype(dtype, np.inexact):
+            raise TypeError(
+                f"`y0` must hold floating-point or complex arrays, got dtype {dtype}. "
+                "Convert it first, e.g. `y0.astype(float)`."
+            )
+
+
+def _real_view(y0):
+    """`(w0, to_state, from_state)`: the state as one real vector, and back.
+
+    A complex state goes in as its real and imaginary parts, so that a vector field that
+    is not holomorphic (one that takes `conj` or `abs`) has a real-linear Jacobian.
+    """
+    v0, unravel = ravel_pytree(y0)
+    if not jnp.issubdtype(v0.dtype, np.complexfloating):
+        return v0, unravel, lambda y: ravel_pytree(y)[0]
+    n = v0.shape[0]
+
+    def to_state(w):
+        return unravel(jax.lax.complex(w[..., :n], w[..., n:]))
+
+    def from_state(y):
+        v = ravel_pytree(y)[0]
+        return jnp.concatenate([jnp.real(v), jnp.imag(v)], axis=-1)
+
+    return from_state(y0), to_state, from_state
+
+
+def _checked_field(vector_field, args, y0):
+    """`vector_field(t, y, args)`, raising a clear error when its result is not shaped and
+    typed like the state."""
+
+    def field(t, y):
+        out = vector_field(t, y, args)
+        want, got = jax.tree.structure(y0), jax.tree.structure(out)
+        if want != got:
+            raise ValueError(
+                "`vector_field(t, y, args)` must return a pytree shaped like `y0`: "
+                f"`y0` is {want} but the vector field returned {got}."
+            )
+        for a, b in zip(jax.tree.leaves(y0), jax.tree.leaves(out)):
+            if jnp.shape(a) != jnp.shape(b):
+                raise ValueError(
+                    "`vector_field(t, y, args)` must return arrays shaped like `y0`'s: got "
+                    f"shape {jnp.shape(b)} for a state leaf of shape {jnp.shape(a)}."
+                )
+            if jnp.issubdtype(jnp.result_type(b), np.complexfloating) and not jnp.issubdtype(
+                jnp.result_type(a), np.complexfloating
+            ):
+                raise TypeError(
+                    "`vector_field(t, y, args)` returned a complex array for a real state "
+                    "leaf: make `y0` complex (e.g. `y0.astype(complex)`) for a complex ODE."
+                )
+        return jax.tree.map(lambda a, b: jnp.asarray(b).astype(jnp.result_type(a)), y0, out)
+
+    return field
+
+
+def _pass(g, t0, w_series, order: int):
+    """Coefficients `F_0..F_order` of `g(t0 + s, w(s))` for the coefficients `w_series`
+    (`w_0` first; missing ones are zero), stacked `(order + 1, n)`."""
+    w0 = w_series[0]
+    if order == 0:
+        return g(t0, w0)[None]
+    one, zero = jnp.ones_like(t0), jnp.zeros_like(t0)
+    t_terms = [one] + [zero] * (order - 1)
+    w_terms = list(w_series[1 : order + 1])
+    w_terms += [jnp.zeros_like(w0)] * (order - len(w_terms))
+    f0, terms = jet(g, (t0, w0), (t_terms, w_terms), factorial_scaled=False)
+    return jnp.stack([f0, *terms])
+
+
+def _schedule(order: int) -> list[int]:
+    """The orders known after each sweep, ending at `order`: each at most twice the one
+    before plus 2, chosen backwards from `order` so that the last sweep doubles fully
+    (its pass, of order `order - 1`, is then most of the work)."""
+    known = [order]
+    while known[-1] > 0:
+        known.append(max(0, -(-(known[-1] - 2) // 2)))
+    return known[::-1][1:]
+
+
+def _sweep(g, jac_g, t0, w, top: int) -> list:
+    """From the known coefficients `w` (`w_0..w_m`), those up to `top <= 2m + 2`."""
+    m = len(w) - 1
+    f = _pass(g, t0, w, top - 1)
+    # J_0..J_q, the Jacobian's coefficients that the new orders read, (q + 1, n, n): a
+    # pass of the Jacobian's program (about three times faster than `jax.jacfwd` of a
+    # pass, benchmarks/bench_ode_coefficients.py).
+    q = top - m - 2
+    jac = _pass(jac_g, t0, w, q) if q >= 0 else None
+    w = list(w)
+    for k in range(m, top):
+        # F_k = f_k + sum_{i < k - m} J_i z_{k - i}, where z_j = w_j for j > m.
+        rhs = f[k]
+        if k > m:
+            z = jnp.stack([w[k - i] for i in range(k - m)])
+            rhs = rhs + jnp.einsum("inj,ij->n", jac[: k - m], z)
+        w.append(rhs / (k + 1))
+    return w
+
+
+def coefficients(vector_field: Callable, order: int) -> Callable:
+    """Taylor coefficients of the solution of an ODE, in O(K^2) coefficient work.
+
+    **Arguments:**
+
+    - `vector_field`: `f(t, y, args)`, the right-hand side of `y' = f(t, y, args)` (as
+      in diffrax): any JAX function of a time, a state pytree of floating-point or
+      complex arrays and anything else, returning a pytree shaped like the state.
+    - `order`: the truncation order `K >= 0` (a Python integer).
+
+    **Returns:** a function `(t0, y0, args=None) -> coefficients`, where `coefficients`
+    has `y0`'s pytree structure with leaves stacked `(K + 1, *leaf.shape)`: entry `k` is
+    the normalized coefficient `y_k = y^(k)(t0) / k!` of the solution through
+    `y(t0) = y0`, so that `y(t0 + h) ~ sum_k y_k h^k`. It works under `jax.jit`,
+    `jax.vmap` and `jax.grad` (with respect to `y0`, `t0` and the arrays in `args`).
+
+    The math: `y_{k+1} = F_k / (k + 1)` with `F(s) = f(t0 + s, y(s), args)`. Rather than
+    one pass per order, each sweep doubles the known order by Newton's method on the
+    series: a Taylor pass of `f` along the known polynomial, corrected by the Jacobian's
+    coefficients along it for the orders not yet known (see `taylax/ode/_coefficients.py`).
+    About log2(K) sweeps; the last, of order K - 1, dominates the cost.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+        import taylax
+
+        # y' = 1 + y^2 through y(0) = 0 is tan(t) = t + t^3/3 + 2 t^5/15 + ...
+        c = taylax.ode.coefficients(lambda t, y, args: 1 + y**2, 5)(0.0, jnp.array(0.0))
+        # c == [0, 1, 0, 1/3, 0, 2/15]
+        ```
+    """
+    order = check_order(order)
+
+    def solution_coefficients(t0, y0, args=None):
+        w0, g, to_state = real_problem(vector_field, y0, args)
+        return jax.vmap(to_state)(solution_series(g, check_time(t0, w0.dtype, "t0"), w0, order))
+
+    return solution_coefficients
+
+
+def real_problem(vector_field, y0, args):
+    """`(w0, g, to_state)`: the ODE as `w' = g(t, w)` on one real vector `w0`, and the map
+    from such vectors back to states. Raises clear errors for a bad `y0` or a vector
+    field whose result is not shaped like the state."""
+    _check_state(y0)
+    field = _checked_field(vector_field, args, y0)
+    w0, to_state, from_state = _real_view(y0)
+
+    def g(t, w):
+        return from_state(field(t, to_state(w)))
+
+    return w0, g, to_state
+
+
+def check_time(t, dtype, name: str):
+    """`t` as a real scalar of `dtype`, or a clear error naming the argument."""
+    t = jnp.asarray(t)
+    if t.shape != () or jnp.issubdtype(t.dtype, np.complexfloating):
+        raise ValueError(
+            f"`{name}` must be a real scalar time, got a {t.dtype} array of shape {t.shape}."
+        )
+    return t.astype(dtype)
+
+
+def solution_series(g, t0, w0, order: int):
+    """Coefficients `w_0..w_order` of the solution of `w' = g(t, w)` through `w(t0) = w0`,
+    stacked `(order + 1, n)`, by the sweeps of this module's docstring."""
+
+    def jac_g(t, w):
+        return jax.jacfwd(g, argnums=1)(t, w)
+
+    w = [w0]
+    for top in _schedule(order):
+        w = _sweep(g, jac_g, t0, w, top)
+    return jnp.stack(w)

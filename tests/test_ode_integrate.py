@@ -1,0 +1,124 @@
+"""`taylax.ode.integrate`: the adaptive Taylor integrator, against closed forms and mpmath's
+own Taylor integrator (`mpmath.odefun`, 30 digits)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import mpmath
+import numpy as np
+import pytest
+
+import taylax
+
+
+def oscillator(t, y, args):
+    return jnp.stack([y[1], -y[0]])
+
+
+def kepler(t, y, args):
+    r, v = y[:2], y[2:]
+    return jnp.concatenate([v, -r / jnp.sum(r * r) ** 1.5])
+
+
+def kepler_start(e):
+    """At pericentre, semi-major axis 1, GM = 1: the period is 2 pi."""
+    return jnp.array([1 - e, 0.0, 0.0, np.sqrt((1 + e) / (1 - e))])
+
+
+def energy(y):
+    return 0.5 * jnp.sum(y[2:] ** 2) - 1 / jnp.linalg.norm(y[:2])
+
+
+def test_oscillator_at_saved_times():
+    ts = jnp.linspace(0.0, 20.0, 41)
+    sol = jax.jit(taylax.ode.integrate(oscillator))(ts, jnp.array([1.0, 0.0]))
+    np.testing.assert_allclose(sol.ys[:, 0], np.cos(ts), rtol=0, atol=2e-14)
+    np.testing.assert_allclose(sol.ys[:, 1], -np.sin(ts), rtol=0, atol=2e-14)
+    # About 8 steps per period at order 20: far fewer steps than saved times.
+    assert 10 < int(sol.steps) < 41
+
+
+def test_kepler_orbits_close_and_run_backwards():
+    # One compiled solver for every case: same shapes, so one compile (about 8 s here).
+    solve = jax.jit(taylax.ode.integrate(kepler))
+    # heyoka 7.13.2 at its default tolerance ends one orbit 1.2e-14 (e = 0.5) and 1.7e-12
+    # (e = 0.9) from the start; these bounds are a few times that.
+    for e, atol in ((0.5, 5e-14), (0.9, 1e-11)):
+        y0 = kepler_start(e)
+        sol = solve(jnp.array([0.0, 2 * np.pi]), y0)
+        np.testing.assert_allclose(sol.ys[-1], y0, rtol=0, atol=atol)
+        assert abs(energy(sol.ys[-1]) / energy(y0) - 1) < 1e-14
+    y0 = kepler_start(0.5)
+    there = solve(jnp.array([0.0, 3.0]), y0).ys[-1]
+    back = solve(jnp.array([3.0, 0.0]), there)
+    np.testing.assert_allclose(back.ys[-1], y0, rtol=0, atol=1e-13)
+
+
+def test_time_dependent_against_mpmath():
+    mpmath.mp.dps = 30
+    exact = mpmath.odefun(lambda t, y: -(y**3) + mpmath.sin(t), 0, mpmath.mpf("0.8"))
+    ts = jnp.array([0.0, 0.5, 1.3, 2.0, 4.5])
+    field = lambda t, y, args: -(y**3) + jnp.sin(t)  # noqa: E731
+    sol = jax.jit(taylax.ode.integrate(field))(ts, jnp.array(0.8))
+    expected = np.array([float(exact(float(t))) for t in ts])
+    np.testing.assert_allclose(sol.ys, expected, rtol=2e-15 * len(ts), atol=0)
+
+
+def test_float32_and_complex():
+    ts32 = jnp.linspace(0.0, 6.0, 7, dtype=jnp.float32)
+    sol = jax.jit(taylax.ode.integrate(oscillator))(ts32, jnp.array([1.0, 0.0], jnp.float32))
+    assert sol.ys.dtype == jnp.float32
+    np.testing.assert_allclose(sol.ys[:, 0], np.cos(np.asarray(ts32, float)), atol=2e-6)
+
+    ts = jnp.linspace(0.0, 6.0, 7)
+    rotation = jax.jit(taylax.ode.integrate(lambda t, y, a: 1j * y))(ts, jnp.array(1.0 + 0j))
+    assert rotation.ys.dtype == jnp.complex128
+    np.testing.assert_allclose(rotation.ys, np.exp(1j * np.asarray(ts)), rtol=0, atol=1e-14)
+
+
+def test_vmap_and_forward_sensitivity():
+    decay = lambda t, y, a: -a * y  # noqa: E731
+    ts = jnp.array([0.0, 1.5])
+    solve = taylax.ode.integrate(decay, tol=1e-13)
+    y0s = jnp.array([1.0, 2.0, -0.5])
+    batched = jax.jit(jax.vmap(lambda y: solve(ts, y, 0.7).ys[-1]))(y0s)
+    np.testing.assert_allclose(batched, y0s * np.exp(-0.7 * 1.5), rtol=1e-13)
+    # d y(T) / d a = -T y0 exp(-a T)
+    sens = jax.jit(jax.jacfwd(lambda a: solve(ts, jnp.array(2.0), a).ys[-1]))(0.7)
+    np.testing.assert_allclose(sens, -1.5 * 2.0 * np.exp(-0.7 * 1.5), rtol=1e-12)
+
+
+def test_order_and_tolerance_set_the_error():
+    ts = jnp.array([0.0, 10.0])
+    y0 = jnp.array([1.0, 0.0])
+    loose = jax.jit(taylax.ode.integrate(oscillator, tol=1e-6))(ts, y0)
+    fine = jax.jit(taylax.ode.integrate(oscillator, order=12))(ts, y0)
+    error = lambda s: float(jnp.abs(s.ys[-1, 0] - np.cos(10.0)))  # noqa: E731
+    assert 1e-9 < error(loose) < 1e-4
+    assert int(fine.steps) > int(loose.steps) * 0.5
+    assert error(fine) < 1e-13
+
+
+def test_max_steps_leaves_unreached_times_nan():
+    ts = jnp.array([0.0, 0.5, 50.0])
+    sol = jax.jit(taylax.ode.integrate(oscillator, max_steps=3))(ts, jnp.array([1.0, 0.0]))
+    assert int(sol.steps) == 3
+    assert np.isfinite(sol.ys[1]).all() and np.isnan(sol.ys[2]).all()
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: taylax.ode.integrate(oscillator, max_steps=0), "`max_steps`"),
+        (lambda: taylax.ode.integrate(oscillator, tol=2.0), "`tol`"),
+        (lambda: taylax.ode.integrate(oscillator, order=1), "`order`"),
+        (
+            lambda: taylax.ode.integrate(oscillator)(jnp.zeros((2, 2)), jnp.ones(2)),
+            "`ts` must be a 1-D array",
+        ),
+    ],
+)
+def test_clear_errors(make, words):
+    with pytest.raises(ValueError, match=words):
+        make()
