@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._coefficients import check_time, real_problem, solution_series
+from ._coefficients import real_problem, solution_series
 
 
 class Solution(NamedTuple):
@@ -81,8 +81,180 @@ def _step_size(c, order: int):
     return rho * math.exp(-2.0 - 0.7 / (order - 1))
 
 
+def _stepper(g, ts, t_end, direction, order: int):
+    """One step from `(t, t_low, w)`: the next `(t, t_low, w)`, the step's polynomial at
+    every `ts` and which of `ts` lie inside the step."""
+
+    def remaining(t, t_low):
+        return direction * ((t_end - t) - t_low)
+
+    def step(t, t_low, w):
+        c = solution_series(g, t, w, order)
+        left = remaining(t, t_low)
+        h = jnp.minimum(_step_size(c, order), left)
+        offsets = (ts - t) - t_low
+        inside = (direction * offsets > 0) & (direction * (offsets - direction * h) <= 0)
+        values = jax.vmap(lambda d: _horner(c, d))(offsets)
+        # The time as an unevaluated sum `t + t_low` (two-sum): rounding `t + h` at every
+        # step would drift the time by up to an ulp of `t` per step.
+        last = h >= left
+        t_next, t_low = _two_sum(t, direction * h, t_low)
+        t_next, t_low = jnp.where(last, t_end, t_next), jnp.where(last, 0, t_low)
+        return t_next, t_low, _horner(c, direction * h), values, inside
+
+    return step, remaining
+
+
+def _setup(vector_field, ts, y0, args, tol, order):
+    """The problem on one real vector: `(w0, g, to_state, ts, order)`, with clear errors."""
+    w0, g, to_state = real_problem(vector_field, y0, args)
+    ts = jnp.asarray(ts)
+    if ts.ndim != 1 or ts.shape[0] < 1 or jnp.issubdtype(ts.dtype, np.complexfloating):
+        raise ValueError(
+            "`ts` must be a 1-D array of real times (the first is the initial time), got "
+            f"a {ts.dtype} array of shape {ts.shape}."
+        )
+    ts = ts.astype(w0.dtype)
+    p = order or taylor_order(tol or float(jnp.finfo(w0.dtype).eps))
+    return w0, g, to_state, ts, p
+
+
+def _march(step, remaining, ts, w0, max_steps: int, trail: bool = False):
+    """Step from `ts[0]` to `ts[-1]`: `(saved, steps)`, and with `trail` every step's
+    starting `(t, t_low, w)` stacked `(max_steps, ...)` for the reverse pass."""
+    # NaN until a step covers the time: times never reached stay NaN.
+    saved = jnp.where((ts == ts[0])[:, None], w0, jnp.nan)
+    zero = jnp.zeros((), w0.dtype)
+    trails = (
+        (jnp.zeros(max_steps, w0.dtype), jnp.zeros(max_steps, w0.dtype))
+        + (jnp.zeros((max_steps,) + w0.shape, w0.dtype),)
+        if trail
+        else ()
+    )
+
+    def cond(state):
+        t, t_low, _w, _saved, steps, _trails = state
+        return (remaining(t, t_low) > 0) & (steps < max_steps)
+
+    def body(state):
+        t, t_low, w, saved, steps, trails = state
+        if trail:
+            trails = tuple(b.at[steps].set(v) for b, v in zip(trails, (t, t_low, w)))
+        t, t_low, w_next, values, inside = step(t, t_low, w)
+        saved = jnp.where(inside[:, None], values, saved)
+        return t, t_low, w_next, saved, steps + 1, trails
+
+    state = (ts[0], zero, w0, saved, jnp.zeros((), jnp.int32), trails)
+    *_, saved, steps, trails = lax.while_loop(cond, body, state)
+    return saved, steps, trails
+
+
+def _reverse_solve(vector_field, tol, order, max_steps: int):
+    """`solve` for reverse mode: a `jax.custom_vjp` whose backward pass walks the steps
+    back, each step's vjp taken at its stored starting state (a discrete adjoint: the
+    derivative of the computed solution, as `jax.grad` of the unrolled loop would be)."""
+
+    def pieces(ts, w0, args_in, y_like, p):
+        _, g, _ = real_problem(vector_field, y_like, args_in)
+        return _stepper(g, ts, ts[-1], _direction(ts, w0.dtype), p)
+
+    def make(y0, args, p):
+        leaves, tree = jax.tree.flatten(args)
+        differentiable = [
+            isinstance(leaf, (float, complex, jax.Array, np.ndarray, np.generic))
+            and jnp.issubdtype(jnp.result_type(leaf), np.inexact)
+            for leaf in leaves
+        ]
+        fixed = [None if d else leaf for leaf, d in zip(leaves, differentiable)]
+
+        def rebuild(diff_leaves):
+            it = iter(diff_leaves)
+            return jax.tree.unflatten(
+                tree, [next(it) if d else f for d, f in zip(differentiable, fixed)]
+            )
+
+        diff_leaves = [jnp.asarray(leaf) for leaf, d in zip(leaves, differentiable) if d]
+        # The state's structure, shapes and dtypes, in arrays that are never tracers
+        # (`custom_vjp` functions must not close over the values they differentiate).
+        y_like = jax.tree.map(lambda a: np.zeros(np.shape(a), jnp.result_type(a)), y0)
+
+        @jax.custom_vjp
+        def run(ts, w0, diff_leaves):
+            step, remaining = pieces(ts, w0, rebuild(diff_leaves), y_like, p)
+            saved, steps, _ = _march(step, remaining, ts, w0, max_steps)
+            return saved, steps
+
+        def run_fwd(ts, w0, diff_leaves):
+            step, remaining = pieces(ts, w0, rebuild(diff_leaves), y_like, p)
+            saved, steps, trails = _march(step, remaining, ts, w0, max_steps, trail=True)
+            return (saved, steps), (ts, w0, diff_leaves, steps, trails)
+
+        def run_bwd(residuals, cotangents):
+            ts, w0, diff_leaves, steps, (t_trail, low_trail, w_trail) = residuals
+            ct_saved = jnp.nan_to_num(cotangents[0])  # unreached times carry no gradient
+
+            def one_step(ts, diff_leaves, t, t_low, w):
+                step, _ = pieces(ts, w0, rebuild(diff_leaves), y_like, p)
+                return step(t, t_low, w)
+
+            def back(state):
+                i, ct_t, ct_low, ct_w, ct_saved, ct_ts, ct_leaves = state
+                i = i - 1
+                t, t_low, w = t_trail[i], low_trail[i], w_trail[i]
+
+                def moved(ts, leaves, t, t_low, w):
+                    *out, inside = one_step(ts, leaves, t, t_low, w)
+                    return tuple(out), inside
+
+                _, vjp, inside = jax.vjp(moved, ts, diff_leaves, t, t_low, w, has_aux=True)
+                ct_values = jnp.where(inside[:, None], ct_saved, 0)
+                ct_saved = jnp.where(inside[:, None], 0, ct_saved)
+                d_ts, d_leaves, ct_t, ct_low, ct_w = vjp((ct_t, ct_low, ct_w, ct_values))
+                ct_leaves = [a + b for a, b in zip(ct_leaves, d_leaves)]
+                return i, ct_t, ct_low, ct_w, ct_saved, ct_ts + d_ts, ct_leaves
+
+            zero = jnp.zeros((), w0.dtype)
+            state = (
+                steps,
+                zero,
+                zero,
+                jnp.zeros_like(w0),
+                ct_saved,
+                jnp.zeros_like(ts),
+                [jnp.zeros_like(leaf) for leaf in diff_leaves],
+            )
+            _, ct_t, _, ct_w, ct_saved, ct_ts, ct_leaves = lax.while_loop(
+                lambda s: s[0] > 0, back, state
+            )
+            # The start: `t = ts[0]`, `w = w0`, and the saved states at `ts == ts[0]`.
+            start = ts == ts[0]
+            ct_w = ct_w + jnp.sum(jnp.where(start[:, None], ct_saved, 0), axis=0)
+            ct_ts = ct_ts.at[0].add(ct_t)
+            return ct_ts, ct_w, ct_leaves
+
+        run.defvjp(run_fwd, run_bwd)
+        return run, diff_leaves
+
+    def solve(ts, y0, args=None) -> Solution:
+        w0, _, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order)
+        run, diff_leaves = make(y0, args, p)
+        saved, steps = run(ts, w0, diff_leaves)
+        return Solution(jax.vmap(to_state)(saved), steps)
+
+    return solve
+
+
+def _direction(ts, dtype):
+    return jnp.where(ts[-1] >= ts[0], 1.0, -1.0).astype(dtype)
+
+
 def integrate(
-    vector_field: Callable, *, tol: float | None = None, order: int | None = None, max_steps=100_000
+    vector_field: Callable,
+    *,
+    tol: float | None = None,
+    order: int | None = None,
+    max_steps=100_000,
+    gradients: str = "forward",
 ) -> Callable:
     """Solve `y' = f(t, y, args)` with an adaptive Taylor method, saving at given times.
 
@@ -94,15 +266,20 @@ def integrate(
     - `order`: the Taylor order of every step (default: Jorba and Zou's
       `ceil(-ln(tol) / 2 + 1)`: 20 for float64 at its epsilon, 9 for float32).
     - `max_steps`: the most steps to take (a Python integer).
+    - `gradients`: `"forward"` (default) for forward-mode derivatives (`jax.jvp`,
+      `jax.jacfwd`), or `"reverse"` for reverse mode (`jax.grad`, `jax.vjp`): the
+      backward pass walks the steps back from each step's stored start (a discrete
+      adjoint, exact for the computed solution), keeping `max_steps` states of the size of
+      `y0` while differentiating. JAX offers one mode per function here: a reverse-mode
+      solve cannot be differentiated forward, nor the other way round.
 
     **Returns:** a function `(ts, y0, args=None) -> Solution` where `ts` is a 1-D array of
     times in increasing or decreasing order, `ts[0]` the initial time, and `y0` the state
     there (any pytree of floating-point or complex arrays). `Solution.ys` holds the state at
     every `ts` (leaves stacked `(len(ts), *leaf.shape)`), `Solution.steps` the number of
     steps. It works under `jax.jit`, `jax.vmap` (the batch steps until all are done) and
-    forward-mode differentiation (`jax.jvp`, `jax.jacfwd`: forward sensitivities with
-    respect to `ts`, `y0` and the arrays in `args`). Reverse mode (`jax.grad`) is not
-    supported yet: the steps run in a `lax.while_loop`.
+    differentiation with respect to `ts`, `y0` and the floating-point arrays in `args`
+    (see `gradients`). Times outside the interval from `ts[0]` to `ts[-1]` stay NaN.
 
     The math: at `(t, y)` the step's coefficients `y_0..y_p` come from
     `taylax.ode.coefficients`; the step `h` from the last two of them (Jorba and Zou:
@@ -132,49 +309,15 @@ def integrate(
     ):
         raise ValueError(f"`order` must be a Python integer of at least 2, got {order!r}.")
 
+    if gradients not in ("forward", "reverse"):
+        raise ValueError(f"`gradients` must be 'forward' or 'reverse', got {gradients!r}.")
+    if gradients == "reverse":
+        return _reverse_solve(vector_field, tol, order, int(max_steps))
+
     def solve(ts, y0, args=None) -> Solution:
-        w0, g, to_state = real_problem(vector_field, y0, args)
-        ts = jnp.asarray(ts)
-        if ts.ndim != 1 or ts.shape[0] < 1 or jnp.issubdtype(ts.dtype, np.complexfloating):
-            raise ValueError(
-                "`ts` must be a 1-D array of real times (the first is the initial time), got "
-                f"a {ts.dtype} array of shape {ts.shape}."
-            )
-        ts = ts.astype(w0.dtype)
-        t_start = check_time(ts[0], w0.dtype, "ts[0]")
-        t_end = ts[-1]
-        p = order or taylor_order(tol or float(jnp.finfo(w0.dtype).eps))
-        direction = jnp.where(t_end >= t_start, 1.0, -1.0).astype(w0.dtype)
-        # NaN until a step covers the time: times never reached stay NaN.
-        saved = jnp.where((ts == t_start)[:, None], w0, jnp.nan)
-
-        def remaining(t, t_low):
-            return direction * ((t_end - t) - t_low)
-
-        def cond(state):
-            t, t_low, _w, _saved, steps = state
-            return (remaining(t, t_low) > 0) & (steps < max_steps)
-
-        def body(state):
-            t, t_low, w, saved, steps = state
-            c = solution_series(g, t, w, p)
-            left = remaining(t, t_low)
-            h = jnp.minimum(_step_size(c, p), left)
-            # Saved times inside this step: the step's polynomial there.
-            offsets = (ts - t) - t_low
-            inside = (direction * offsets > 0) & (direction * (offsets - direction * h) <= 0)
-            values = jax.vmap(lambda d: _horner(c, d))(offsets)
-            saved = jnp.where(inside[:, None], values, saved)
-            # The time as an unevaluated sum `t + t_low` (two-sum): rounding `t + h` at
-            # every step would drift the time by up to an ulp of `t` per step.
-            last = h >= left
-            t, t_low = _two_sum(t, direction * h, t_low)
-            t, t_low = jnp.where(last, t_end, t), jnp.where(last, 0, t_low)
-            return t, t_low, _horner(c, direction * h), saved, steps + 1
-
-        zero = jnp.zeros((), w0.dtype)
-        state = (t_start, zero, w0, saved, jnp.zeros((), jnp.int32))
-        *_, saved, steps = lax.while_loop(cond, body, state)
+        w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order)
+        step, remaining = _stepper(g, ts, ts[-1], _direction(ts, w0.dtype), p)
+        saved, steps, _ = _march(step, remaining, ts, w0, int(max_steps))
         return Solution(jax.vmap(to_state)(saved), steps)
 
     return solve
