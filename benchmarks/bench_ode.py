@@ -4,7 +4,8 @@ Kepler's problem at pericentre (semi-major axis 1, GM = 1, period 2 pi), eccentr
 0.5 and 0.9, integrated over `--orbits` periods at each tolerance. The orbit is periodic,
 so the final-state error is the distance (max norm) to the initial state; the energy
 error is relative. Time: the second call (steady state; the first, which traces and
-compiles, is reported apart), float64, single thread of this machine.
+compiles, is reported apart), float64. The table goes to
+`benchmarks/results/ode_<orbits>_orbits.md`.
 
 - taylax: `jax.jit(taylax.ode.integrate(kepler, tol=tol))`;
 - heyoka (`heyoka.taylor_adaptive`, its default order for the tolerance), timed
@@ -30,7 +31,7 @@ jax.config.update("jax_enable_x64", True)
 
 import taylax  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "ode.md"
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def kepler(t, y, args):
@@ -142,8 +143,8 @@ def main() -> None:
                 print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     print(text)
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"ode_{args.orbits}_orbits.md").write_text(text)
 
 
 if __name__ == "__main__":
