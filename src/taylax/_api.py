@@ -21,7 +21,7 @@ from . import (
 from ._fallback import with_unscaled_fallback
 from ._interpret import eval_jaxpr_series
 from ._one_kernel import fits_one_kernel
-from ._programs import cached_program, check_order, trace_leaves
+from ._programs import cached_program, check_inexact, check_order, trace_leaves
 from ._series import (
     Series,
     check_order_for_dtype,
@@ -33,16 +33,6 @@ from ._series import (
     times_exact,
     unit_seed,
 )
-
-
-def _check_inexact(leaves, what: str) -> None:
-    for leaf in leaves:
-        dtype = jnp.result_type(leaf)
-        if not jnp.issubdtype(dtype, np.inexact):
-            raise TypeError(
-                f"`{what}` must hold floating-point or complex arrays to be differentiated, got "
-                f"dtype {dtype}. Convert it first, e.g. `x.astype(float)`."
-            )
 
 
 def _output(o: Series, aval, order: int):
@@ -319,7 +309,7 @@ def taylor(fun: Callable, order: int) -> Callable:
     order = check_order(order)
 
     def taylor_fun(x, v):
-        _check_inexact(jax.tree.leaves(x), "x")
+        check_inexact(jax.tree.leaves(x), "x")
         v = _check_direction(x, v)
         (primals, coeffs), out_tree = _taylor_leaves(fun, order, x, v, "taylor", "taylax.taylor")
         return jax.tree.unflatten(out_tree, primals), jax.tree.unflatten(out_tree, coeffs)
@@ -355,7 +345,7 @@ def derivatives(fun: Callable, order: int) -> Callable:
 
     def derivatives_fun(x, v=None):
         leaves = jax.tree.leaves(x)
-        _check_inexact(leaves, "x")
+        check_inexact(leaves, "x")
         if v is None:
             if len(leaves) != 1 or jnp.ndim(leaves[0]) != 0:
                 raise ValueError(
@@ -482,7 +472,7 @@ def jet(fun: Callable, primals, series, factorial_scaled: bool = True):
     order = lengths.pop() if lengths else 0
     primals = [jnp.asarray(p) for p in primals]
     if order:  # an integer primal with terms has no series to carry them
-        _check_inexact(primals, "primals")
+        check_inexact(primals, "primals")
     for i, (p, terms) in enumerate(zip(primals, series)):
         for j, t in enumerate(terms):
             if jnp.shape(t) != jnp.shape(p):

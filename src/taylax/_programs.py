@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from . import _compat, _policy
@@ -253,6 +254,17 @@ def make_jaxpr_explained(fun: Callable, api: str, *args) -> _compat.ClosedJaxpr:
         return jax.make_jaxpr(fun)(*args)
     except (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError) as err:
         raise traced_value_error(api, err) from err
+
+
+def check_inexact(leaves, what: str, example: str = "x") -> None:
+    """Raise a clear error naming `what` when a leaf is not floating-point or complex."""
+    for leaf in leaves:
+        dtype = jnp.result_type(leaf)
+        if not jnp.issubdtype(dtype, np.inexact):
+            raise TypeError(
+                f"`{what}` must hold floating-point or complex arrays to be differentiated, got "
+                f"dtype {dtype}. Convert it first, e.g. `{example}.astype(float)`."
+            )
 
 
 def check_order(order, name: str = "order") -> int:

@@ -26,20 +26,14 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .._api import jet
-from .._programs import check_order
+from .._programs import check_inexact, check_order
 
 
 def _check_state(y0) -> None:
     leaves = jax.tree.leaves(y0)
     if not leaves:
         raise ValueError("`y0` holds no arrays: pass the initial state as an array or a pytree.")
-    for leaf in leaves:
-        dtype = jnp.result_type(leaf)
-        if not jnp.issubdtype(dtype, np.inexact):
-            raise TypeError(
-                f"`y0` must hold floating-point or complex arrays, got dtype {dtype}. "
-                "Convert it first, e.g. `y0.astype(float)`."
-            )
+    check_inexact(leaves, "y0", example="y0")
 
 
 def _real_view(y0):

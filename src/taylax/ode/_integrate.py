@@ -81,9 +81,11 @@ def _step_size(c, order: int):
     return rho * math.exp(-2.0 - 0.7 / (order - 1))
 
 
-def _stepper(g, ts, t_end, direction, order: int):
+def _stepper(g, ts, order: int):
     """One step from `(t, t_low, w)`: the next `(t, t_low, w)`, the step's polynomial at
-    every `ts` and which of `ts` lie inside the step."""
+    every `ts` and which of `ts` lie inside the step; and the time left to `ts[-1]`."""
+    t_end = ts[-1]
+    direction = jnp.where(t_end >= ts[0], 1.0, -1.0).astype(ts.dtype)
 
     def remaining(t, t_low):
         return direction * ((t_end - t) - t_low)
@@ -125,12 +127,8 @@ def _march(step, remaining, ts, w0, max_steps: int, trail: bool = False):
     # NaN until a step covers the time: times never reached stay NaN.
     saved = jnp.where((ts == ts[0])[:, None], w0, jnp.nan)
     zero = jnp.zeros((), w0.dtype)
-    trails = (
-        (jnp.zeros(max_steps, w0.dtype), jnp.zeros(max_steps, w0.dtype))
-        + (jnp.zeros((max_steps,) + w0.shape, w0.dtype),)
-        if trail
-        else ()
-    )
+    shapes = ((), (), w0.shape)  # t, t_low, w
+    trails = tuple(jnp.zeros((max_steps, *s), w0.dtype) for s in shapes) if trail else ()
 
     def cond(state):
         t, t_low, _w, _saved, steps, _trails = state
@@ -154,9 +152,9 @@ def _reverse_solve(vector_field, tol, order, max_steps: int):
     back, each step's vjp taken at its stored starting state (a discrete adjoint: the
     derivative of the computed solution, as `jax.grad` of the unrolled loop would be)."""
 
-    def pieces(ts, w0, args_in, y_like, p):
+    def pieces(ts, args_in, y_like, p):
         _, g, _ = real_problem(vector_field, y_like, args_in)
-        return _stepper(g, ts, ts[-1], _direction(ts, w0.dtype), p)
+        return _stepper(g, ts, p)
 
     def make(y0, args, p):
         leaves, tree = jax.tree.flatten(args)
@@ -180,12 +178,12 @@ def _reverse_solve(vector_field, tol, order, max_steps: int):
 
         @jax.custom_vjp
         def run(ts, w0, diff_leaves):
-            step, remaining = pieces(ts, w0, rebuild(diff_leaves), y_like, p)
+            step, remaining = pieces(ts, rebuild(diff_leaves), y_like, p)
             saved, steps, _ = _march(step, remaining, ts, w0, max_steps)
             return saved, steps
 
         def run_fwd(ts, w0, diff_leaves):
-            step, remaining = pieces(ts, w0, rebuild(diff_leaves), y_like, p)
+            step, remaining = pieces(ts, rebuild(diff_leaves), y_like, p)
             saved, steps, trails = _march(step, remaining, ts, w0, max_steps, trail=True)
             return (saved, steps), (ts, w0, diff_leaves, steps, trails)
 
@@ -194,7 +192,7 @@ def _reverse_solve(vector_field, tol, order, max_steps: int):
             ct_saved = jnp.nan_to_num(cotangents[0])  # unreached times carry no gradient
 
             def one_step(ts, diff_leaves, t, t_low, w):
-                step, _ = pieces(ts, w0, rebuild(diff_leaves), y_like, p)
+                step, _ = pieces(ts, rebuild(diff_leaves), y_like, p)
                 return step(t, t_low, w)
 
             def back(state):
@@ -242,10 +240,6 @@ def _reverse_solve(vector_field, tol, order, max_steps: int):
         return Solution(jax.vmap(to_state)(saved), steps)
 
     return solve
-
-
-def _direction(ts, dtype):
-    return jnp.where(ts[-1] >= ts[0], 1.0, -1.0).astype(dtype)
 
 
 def integrate(
@@ -316,7 +310,7 @@ def integrate(
 
     def solve(ts, y0, args=None) -> Solution:
         w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order)
-        step, remaining = _stepper(g, ts, ts[-1], _direction(ts, w0.dtype), p)
+        step, remaining = _stepper(g, ts, p)
         saved, steps, _ = _march(step, remaining, ts, w0, int(max_steps))
         return Solution(jax.vmap(to_state)(saved), steps)
 
