@@ -1,8 +1,13 @@
-"""Write the README's benchmark summaries from `benchmarks/results/{taylor,programs}.json`.
+"""Write the benchmark summaries of `docs/benchmarks.md` from `benchmarks/results/*.json`.
 
-Run after `make bench`: `python benchmarks/update_readme.py`. The summaries are
-compact views of the full tables in `benchmarks/results/taylor.md` and
-`benchmarks/results/programs.md` (the whole-program cases: RK4 and a linear solve).
+Run after `make bench` (which runs it last): `python benchmarks/update_readme.py`. Each
+summary replaces the text between a pair of markers on that page (`<!-- bench:start -->`
+and `<!-- bench:end -->`, and `bench-programs`, `bench-derivative`, `bench-batched`,
+`bench-layers`, `bench-operators`), from `taylor.json`, `programs.json`,
+`derivative.json`, `batched.json`, `layers.json` and `operators.json`; a results file
+that is missing leaves its section as it is (`taylor.json` is required). The summaries
+are compact views of the full tables in `benchmarks/results/*.md`. (The script keeps
+its name from when these tables were in the README, which now links to that page.)
 """
 
 from __future__ import annotations
@@ -14,13 +19,14 @@ import sys
 from harness import format_ratio, format_time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 PROGRAMS_START, PROGRAMS_END = "<!-- bench-programs:start -->", "<!-- bench-programs:end -->"
 DERIVATIVE_START, DERIVATIVE_END = (
     "<!-- bench-derivative:start -->",
     "<!-- bench-derivative:end -->",
 )
-# The depths shown in the README (the full table is in benchmarks/results/derivative.md).
+# The depths shown on docs/benchmarks.md (the full table is in benchmarks/results/derivative.md).
 DERIVATIVE_KS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 20, 25, 30)
 TITLES = {
     "scalar": "(a) `f(t) = 0.3*sin(t)*t**10`, k-th derivative at t = 1.1",
@@ -146,7 +152,7 @@ BATCHED_START, BATCHED_END = "<!-- bench-batched:start -->", "<!-- bench-batched
 
 
 def batched_summary(payload: dict) -> str:
-    """Batched steady state (`benchmarks/bench_batched.py`): the README's compact view."""
+    """Batched steady state (`benchmarks/bench_batched.py`): the page's compact view."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_batched import readme_summary
 
@@ -157,7 +163,7 @@ LAYERS_START, LAYERS_END = "<!-- bench-layers:start -->", "<!-- bench-layers:end
 
 
 def layers_summary(payload: dict) -> str:
-    """Common layers (`benchmarks/bench_layers.py`): the README's table."""
+    """Common layers (`benchmarks/bench_layers.py`): the page's table."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_layers import readme_summary
 
@@ -168,7 +174,7 @@ OPERATORS_START, OPERATORS_END = "<!-- bench-operators:start -->", "<!-- bench-o
 
 
 def operators_summary(payload: dict) -> str:
-    """Differential operators (`benchmarks/bench_operators.py`): the README's compact view."""
+    """Differential operators (`benchmarks/bench_operators.py`): the page's compact view."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_operators import readme_summary
 
@@ -183,8 +189,7 @@ def _replace_between(text: str, start: str, end: str, body: str) -> str:
 
 def main() -> int:
     payload = json.loads((ROOT / "benchmarks/results/taylor.json").read_text())
-    readme = ROOT / "README.md"
-    text = _replace_between(readme.read_text(), START, END, summary(payload))
+    text = _replace_between(PAGE.read_text(), START, END, summary(payload))
     programs = ROOT / "benchmarks/results/programs.json"
     if programs.exists() and PROGRAMS_START in text:
         text = _replace_between(
@@ -216,7 +221,7 @@ def main() -> int:
             OPERATORS_END,
             operators_summary(json.loads(operators.read_text())),
         )
-    readme.write_text(text)
+    PAGE.write_text(text)
     return 0
 
 

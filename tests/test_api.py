@@ -164,8 +164,8 @@ def test_equations_grow_at_most_linearly_with_order():
     per_order_early = (counts[40] - counts[10]) / 30
     assert per_order_late <= max(per_order_early, 1.0), counts
     assert counts[100] <= counts[40] + 2 * counts[10], counts
-    # Past order 57 in float64, `derivatives` adds an unscaled pass (README: "High orders
-    # in every dtype"): two passes and the merge, nothing that grows faster.
+    # Past order 57 in float64, `derivatives` adds an unscaled pass (docs/guides/dtypes.md,
+    # "High orders in every dtype"): two passes and the merge, nothing that grows faster.
     both = count_equations(jax.make_jaxpr(taylax.derivatives(f_scalar, 100))(1.1))
     assert both <= 2 * counts[100] + 4 * 100, (both, counts)
 
@@ -253,7 +253,7 @@ def test_unsupported_primitive_names_it():
 
 
 # --------------------------------------------------------------------------------------------
-# Dtypes and outputs that are choices (see the README's "Inputs, outputs and eager calls").
+# Dtypes and outputs that are choices (docs/guides/dtypes.md and docs/guides/choosing.md).
 # --------------------------------------------------------------------------------------------
 
 

@@ -10,7 +10,9 @@
 * every public name has a reference entry, a `::: taylax.NAME` line in a `docs/api/` page,
   and every such entry names a public name;
 * every page under `docs/` is in `mkdocs.yml`'s nav, and every page the nav names exists;
-* the command-line page covers each `taylax` subcommand.
+* the command-line page covers each `taylax` subcommand;
+* `docs/benchmarks.md` holds, once each, the marked sections that
+  `benchmarks/update_readme.py` (run by `make bench`) rewrites, and the README none.
 
 `make docs` builds the site itself (`mkdocs build --strict`, examples run).
 """
@@ -150,3 +152,17 @@ def test_the_cli_page_covers_every_subcommand(capsys):
     assert sorted(commands) == ["demo", "explain", "primitives"]
     for command in commands:
         assert f"`taylax {command}" in text, command
+
+
+def test_the_benchmarks_page_holds_the_generated_sections():
+    script = (ROOT / "benchmarks" / "update_readme.py").read_text(encoding="utf-8")
+    assert 'ROOT / "docs" / "benchmarks.md"' in script
+    names = sorted(set(re.findall(r"<!-- ([\w-]+):start -->", script)))
+    assert len(names) == 6, names
+    page = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name in names:
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        assert page.count(start) == 1 and page.count(end) == 1, name
+        assert page.index(start) < page.index(end), name
+        assert start not in readme and end not in readme, name
