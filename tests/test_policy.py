@@ -111,6 +111,37 @@ def test_programs_are_cached_per_policy_and_agree():
     np.testing.assert_allclose(gpu_value, cpu_value, rtol=1e-12)
 
 
+def _tanh_of_a_square(t):
+    return jnp.tanh(t * t - 0.5) * jnp.tan(0.5 * t)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("f", [jnp.tanh, jnp.tan, _tanh_of_a_square], ids=["tanh", "tan", "square"])
+def test_tanh_and_tan_lines_row_by_row_keep_the_dtype_and_the_values(f, dtype):
+    # The GPU policy builds tanh's and tan's lines row by row up to order 8; its number
+    # coefficients once came in as NumPy float64 scalars and made float32 rows float64
+    # (found on an H200 by the float32 chains of gpu_check.py).
+    x = np.asarray(0.4 + (0.2j if np.issubdtype(dtype, np.complexfloating) else 0), dtype)
+    wide = np.complex128 if np.issubdtype(dtype, np.complexfloating) else np.float64
+    rtol = 1e-12 if np.dtype(dtype) in (np.float64, np.complex128) else 2e-5
+    rows = dataclasses.replace(taylax.GPU, name="rows", polynomial_rows_max_order=8)
+    for order in range(0, 9):
+        with taylax.emission_policy(rows):
+            out = taylax.derivatives(f, order)(x)
+        expected = nested_jvp_derivatives(f, x.astype(wide), order=order)
+        assert out.dtype == dtype, (order, out.dtype)
+        np.testing.assert_allclose(out, expected, rtol=rtol, atol=rtol, err_msg=f"order {order}")
+
+
+def test_a_tanh_line_of_slope_zero_has_zero_derivatives():
+    # `x - x` is a line of slope 0: every row of the polynomial is 0 (its coefficients,
+    # times `0 ** k`, are all 0), which once failed to find a leading coefficient.
+    rows = dataclasses.replace(taylax.GPU, name="rows", polynomial_rows_max_order=8)
+    with taylax.emission_policy(rows):
+        out = taylax.derivatives(lambda x: jnp.exp(jnp.tanh(x - x)), 5)(0.4)
+    np.testing.assert_array_equal(out, [1.0, 0, 0, 0, 0, 0])
+
+
 # --------------------------------------------------------------------------------------------
 # What each policy must never emit.
 # --------------------------------------------------------------------------------------------

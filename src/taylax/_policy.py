@@ -260,6 +260,7 @@ GPU = EmissionPolicy(
     unroll_low_degree_max_order=32,
     product_rows_max_order=4,
     stacked_product_rows_max_order=4,
+    polynomial_rows_max_order=8,
     element_chunk=None,
     point_chunks=False,
     elementwise_by_points_min_bytes=None,

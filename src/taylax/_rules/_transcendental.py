@@ -262,9 +262,14 @@ def _polynomial_line_rows(table: np.ndarray, kind: str, x0, y0, scale: float):
     slope = _riccati_factor(kind, x0, y0)
     rows = [y0]
     for k in range(1, table.shape[0]):
-        coeffs = table[k] * scale**k
-        last = int(np.flatnonzero(coeffs).max())
-        poly = jnp.asarray(coeffs[last], y0.dtype)
+        # Python floats, weakly typed: a NumPy scalar would promote float32 rows to float64.
+        coeffs = [float(c) for c in table[k] * scale**k]
+        nonzero = [j for j, c in enumerate(coeffs) if c]
+        if not nonzero:  # a line of slope 0 (`scale == 0`): every derivative is 0
+            rows.append(jnp.zeros_like(y0))
+            continue
+        last = nonzero[-1]
+        poly = jnp.full_like(y0, coeffs[last])
         for j in reversed(range(last)):
             poly = poly * y0 + coeffs[j] if coeffs[j] else poly * y0
         rows.append(slope * poly)
