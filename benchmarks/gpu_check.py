@@ -3,15 +3,20 @@ against jet, nested jvp and folx, in one process.
 
 For every (program, dtype, order) it compiles each contender once ahead of time and
 records the first call (lower + compile + first run), the steady state (the minimum over
-`--rounds` rounds of `--calls` calls back to back), the compiled program's fusions and
-`while` loops, and its temporaries (`memory_analysis().temp_size_in_bytes`). Programs:
+`--rounds` interleaved rounds of `--calls` calls back to back: one round of every
+contender, then the next), the compiled program's fusions and `while` loops, and its
+temporaries (`memory_analysis().temp_size_in_bytes`). Programs:
 
-* two elementwise chains of our own over `--n` points: `exp(cos t) / (1 + t^2)^2 - t^3`
-  (exp, cos, division, integer powers) and `sqrt(1 + tanh(log1p(t^2))) sin(t)` (log1p,
-  tanh, sqrt, sin), float64 and float32, orders 2 to 32; per-point and whole-array nested
-  jvp up to order 4;
+* three elementwise chains of our own over `--n` points (`--chains`):
+  `exp(cos t) / (1 + t^2)^2 - t^3` (exp, cos, division, integer powers),
+  `sqrt(1 + tanh(log1p(t^2))) sin(t)` (log1p, tanh, sqrt, sin) and
+  `cos(t)^3 exp(-t^2) / (2 + sin t) + tanh(t)^2`, float64 and float32, orders 2 to 32;
+  per-point and whole-array nested jvp up to order 4;
 * the tanh MLP of width 128 along a direction (batch `--mlp-batch`), orders 2, 4, 8;
-* the Laplacian of a tanh MLP (d = 8, 32, 128; batch `--lap-batch`) against folx.
+* the Laplacian of a tanh MLP (d = 8, 32, 128; batch `--lap-batch`) against folx;
+* (`--parts`) RK4 in `fori_loop`, the Laplacian of a softplus residual network and a
+  biharmonic against folx, the float32 fallback past order 12, an unrolled RK4's first
+  call; `--hlo FILE` writes the optimized HLO of `--hlo-chains` at orders 2 and 4.
 
 Not part of `make bench` (which measures the CPU). Run where a GPU is::
 
@@ -67,14 +72,20 @@ CHAINS = {
 
 def all_variants() -> dict[str, taylax.EmissionPolicy]:
     """Policies this script can compare (`--policies`): the GPU policy as shipped
-    (`gpu-unrolled`), the two it was chosen against, and the CPU's."""
-    looped = dict(unroll_max_order=8, unroll_low_degree_max_order=32)
+    (`gpu-unrolled`), the two it was chosen against, the one before tanh's line went row
+    by row (`gpu-tanh-stacked`), the shipped one with values marked to be computed once
+    (`gpu-marks`), and the CPU's."""
+    looped = dict(unroll_max_order=8, unroll_low_degree_max_order=32, polynomial_rows_max_order=1)
     return {
         "gpu-marked": dataclasses.replace(
             taylax.GPU, name="gpu-marked", mark_values=True, **looped
         ),
         "gpu-nomark": dataclasses.replace(taylax.GPU, name="gpu-nomark", **looped),
         "gpu-unrolled": taylax.GPU,
+        "gpu-tanh-stacked": dataclasses.replace(
+            taylax.GPU, name="gpu-tanh-stacked", polynomial_rows_max_order=1
+        ),
+        "gpu-marks": dataclasses.replace(taylax.GPU, name="gpu-marks", mark_values=True),
         "cpu": taylax.CPU,
     }
 
@@ -88,20 +99,9 @@ def variants() -> dict[str, taylax.EmissionPolicy]:
     return {name: table[name] for name in _SELECTED}
 
 
-def steady_ms(compiled, args, rounds: int, calls: int) -> float:
-    """Minimum over `rounds` of the time per call of `calls` calls back to back (ms)."""
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            out = compiled(*args)
-        jax.block_until_ready(out)
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best * 1e3
-
-
-def compile_and_time(fn, args, calls: int, rounds: int, policy=None) -> dict:
-    """First call (lower + compile + run) and steady state of `jax.jit(fn)` on `args`."""
+def _first_call(fn, args, policy=None):
+    """Lower, compile and run `jax.jit(fn)` once under `policy`: the compiled program and
+    the seconds it took."""
     import contextlib
 
     scope = taylax.emission_policy(policy) if policy is not None else contextlib.nullcontext()
@@ -109,14 +109,30 @@ def compile_and_time(fn, args, calls: int, rounds: int, policy=None) -> dict:
     with scope:
         compiled = jax.jit(fn).lower(*args).compile()
     out = jax.block_until_ready(compiled(*args))
-    first = time.perf_counter() - start
-    ms = steady_ms(compiled, args, rounds, calls)
+    return compiled, out, time.perf_counter() - start
+
+
+def _round_ms(compiled, args, calls: int) -> float:
+    """Time per call of `calls` calls back to back (ms)."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        out = compiled(*args)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - start) / calls * 1e3
+
+
+def compile_and_time(fn, args, calls: int, rounds: int, policy=None) -> dict:
+    """First call (lower + compile + run) and steady state (minimum over `rounds` rounds of
+    `calls` calls) of `jax.jit(fn)` on `args`."""
+    return time_all({"one": (fn, policy)}, args, calls, rounds)["one"]
+
+
+def _describe(compiled, out, first: float) -> dict:
     text = compiled.as_text()
     memory = compiled.memory_analysis()
     temp = getattr(memory, "temp_size_in_bytes", None) if memory is not None else None
     return {
         "first_s": first,
-        "ms": ms,
         "fusions": text.count(" fusion("),
         "whiles": text.count(" while("),
         "temp_bytes": temp,
@@ -136,14 +152,24 @@ def jet_along_ones(f, K: int):
 
 
 def time_all(contenders: dict, args: tuple, calls: int, rounds: int) -> dict:
-    """`compile_and_time` of each `(fn, policy)` contender on `args`; a contender that
-    fails is recorded with its error and the sweep goes on."""
-    results = {}
+    """Each `(fn, policy)` contender compiled once (its first call), then timed in
+    `rounds` interleaved rounds of `calls` calls back to back (one round of every
+    contender, then the next), so that a drift of the device's clocks reaches all alike;
+    `ms` is the minimum over the rounds. A contender that fails is recorded with its
+    error and the sweep goes on."""
+    results, compiled = {}, {}
     for label, (fn, policy) in contenders.items():
         try:
-            results[label] = compile_and_time(fn, args, calls, rounds, policy)
+            program, out, first = _first_call(fn, args, policy)
         except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
             results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+            continue
+        compiled[label] = program
+        results[label] = _describe(program, out, first)
+        results[label]["ms"] = float("inf")
+    for _ in range(rounds):
+        for label, program in compiled.items():
+            results[label]["ms"] = min(results[label]["ms"], _round_ms(program, args, calls))
     return results
 
 
@@ -158,7 +184,8 @@ def run_chains(args, emit):
     for dtype in args.dtypes.split(","):
         dt = jnp.dtype(dtype)
         t = jnp.linspace(-0.9, 0.9, args.n, dtype=dt)
-        for name, f in CHAINS.items():
+        for name in args.chains.split(","):
+            f = CHAINS[name]
             for K in [int(k) for k in args.orders.split(",")]:
                 contenders = {}
                 for label, policy in variants().items():
@@ -289,7 +316,7 @@ def run_fallback(args, emit):
     fused = dataclasses.replace(taylax.GPU, name="gpu-fused-check", fallback_check_apart=False)
     for name in ("log1p-tanh-sqrt-sin", "cos-exp-div-tanh"):
         f = CHAINS[name]
-        for K in (16, 24):
+        for K in [int(k) for k in args.fallback_orders.split(",")]:
             whole = lambda t, f=f, K=K: taylax.derivatives(f, K)(t, jnp.ones_like(t))  # noqa: E731
             contenders = {
                 "taylax-whole": (whole, None),
@@ -379,22 +406,34 @@ def run_operators(args, emit):
 
 
 def dump_hlo(args):
-    """The optimized HLO of taylax (whole array, vmapped), jet and nested jvp on the first
-    chain at orders 2 and 4, float64, into `--hlo` (one file)."""
-    t = jnp.linspace(-0.9, 0.9, args.n, dtype=jnp.float64)
-    f = chain_a
+    """The optimized HLO of taylax (whole array, vmapped, `taylor`), jet and nested jvp (up
+    to `--nested-max-order`) on the chains `--hlo-chains` at the orders `--hlo-orders`,
+    float64 and float32, into `--hlo` (one file)."""
     with open(args.hlo, "w") as out:
-        for K in (2, 4):
-            fns = {
-                "taylax-whole": lambda t, K=K: taylax.derivatives(f, K)(t, jnp.ones_like(t)),
-                "taylax-vmap": lambda t, K=K: jax.vmap(taylax.derivatives(f, K))(t).T,
-                "nested jvp (vmap)": lambda t, K=K: jax.vmap(nested_levels(f, K))(t).T,
-                "nested jvp": nested_levels(f, K),
-            }
-            for label, fn in fns.items():
-                compiled = jax.jit(fn).lower(t).compile()
-                out.write(f"\n\n#### {label} K={K}\n")
-                out.write(compiled.as_text())
+        for name in args.hlo_chains.split(","):
+            f = CHAINS[name]
+            for dtype in args.hlo_dtypes.split(","):
+                t = jnp.linspace(-0.9, 0.9, args.n, dtype=dtype)
+                for K in [int(k) for k in args.hlo_orders.split(",")]:
+                    fns = {
+                        "taylax-whole": lambda t, f=f, K=K: taylax.derivatives(f, K)(
+                            t, jnp.ones_like(t)
+                        ),
+                        "taylax-vmap": lambda t, f=f, K=K: jax.vmap(taylax.derivatives(f, K))(t).T,
+                        "taylax-taylor": lambda t, f=f, K=K: taylax.taylor(f, K)(
+                            t, jnp.ones_like(t)
+                        )[1],
+                        "jet": jet_along_ones(f, K),
+                    }
+                    if K <= args.nested_max_order:
+                        fns["nested jvp (vmap)"] = lambda t, f=f, K=K: (
+                            jax.vmap(nested_levels(f, K))(t).T
+                        )
+                        fns["nested jvp"] = nested_levels(f, K)
+                    for label, fn in fns.items():
+                        compiled = jax.jit(fn).lower(t).compile()
+                        out.write(f"\n\n#### {name} {dtype} {label} K={K}\n")
+                        out.write(compiled.as_text())
 
 
 def main(argv=None) -> int:
@@ -407,7 +446,12 @@ def main(argv=None) -> int:
     parser.add_argument("--lap-dims", default="8,32,128")
     parser.add_argument("--lap-batch", type=int, default=4096)
     parser.add_argument("--calls", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--chains", default=",".join(CHAINS), help=f"some of {list(CHAINS)}")
+    parser.add_argument("--hlo-chains", default="cos-exp-div-tanh")
+    parser.add_argument("--hlo-orders", default="2,4")
+    parser.add_argument("--fallback-orders", default="16,24")
+    parser.add_argument("--hlo-dtypes", default="float64,float32")
     parser.add_argument("--parts", default="mlp,laplacian,chains,large")
     parser.add_argument("--fori-batch", type=int, default=65536)
     parser.add_argument("--hlo", default=None, help="write optimized HLO of small cases here")
@@ -454,7 +498,7 @@ def main(argv=None) -> int:
 
     if args.hlo:
         dump_hlo(args)
-    for part in args.parts.split(","):
+    for part in filter(None, args.parts.split(",")):
         parts = {
             "chains": run_chains,
             "mlp": run_mlp,
