@@ -66,6 +66,22 @@ def emission():
         yield set_policy
 
 
+@pytest.fixture(autouse=True)
+def _policy_from_the_environment():
+    """`TAYLAX_TEST_POLICY=gpu pytest ...` runs the tests under another platform's emission
+    policy (`make test-gpu-policy`): the CPU's tests then check the forms only that policy
+    emits (rows and unrolled recurrences to other orders) on this machine. Tests that pin
+    the CPU's programs keep theirs (`cpu_policy`, entered later, wins)."""
+    name = os.environ.get("TAYLAX_TEST_POLICY")
+    if not name:
+        yield
+        return
+    import taylax
+
+    with taylax.emission_policy(name):
+        yield
+
+
 @pytest.fixture
 def cpu_policy(emission):
     """The CPU emission policy in force, whatever the backend: for tests that pin the

@@ -43,12 +43,14 @@ def test_kepler_orbits_close_and_run_backwards():
     # One compiled solver for every case: same shapes, so one compile (about 8 s here).
     solve = jax.jit(taylax.ode.integrate(kepler))
     # heyoka 7.13.2 at its default tolerance ends one orbit 1.2e-14 (e = 0.5) and 1.7e-12
-    # (e = 0.9) from the start; these bounds are a few times that.
+    # (e = 0.9) from the start, with relative energy errors 0 and 3.6e-15; the bounds are
+    # a few times the first and, as issue 44 asks of 1,000 orbits, 10x the second (the GPU
+    # policy's rounding reads 1.07e-14 at e = 0.9, the CPU's less).
     for e, atol in ((0.5, 5e-14), (0.9, 1e-11)):
         y0 = kepler_start(e)
         sol = solve(jnp.array([0.0, 2 * np.pi]), y0)
         np.testing.assert_allclose(sol.ys[-1], y0, rtol=0, atol=atol)
-        assert abs(energy(sol.ys[-1]) / energy(y0) - 1) < 1e-14
+        assert abs(energy(sol.ys[-1]) / energy(y0) - 1) < 3.6e-14
     y0 = kepler_start(0.5)
     there = solve(jnp.array([0.0, 3.0]), y0).ys[-1]
     back = solve(jnp.array([3.0, 0.0]), there)
