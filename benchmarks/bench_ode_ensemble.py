@@ -1,0 +1,164 @@
+"""Kepler ensembles: taylax's Taylor integrator under `jax.vmap` against heyoka's batch mode.
+
+One trajectory's final-state error is a random walk of rounding errors, so a comparison
+of two integrators needs many. The ensemble here is `--trajectories` Kepler orbits (GM = 1,
+semi-major axis 1, period 2 pi) started at pericentre, with eccentricities spread evenly
+over `--e +- --spread` and the orbit rotated by angles spread over a turn: every orbit
+returns to its initial state after each period, so the final-state error (max norm) and
+the relative energy error are exact measures. Integrated over `--orbits` periods at
+tolerance `--tol`, float64.
+
+- taylax: `jax.jit(jax.vmap(taylax.ode.integrate(kepler, tol=tol), in_axes=(None, 0)))`,
+  every trajectory at once (the vmapped `while` loop runs until the last one is done);
+- heyoka: `heyoka.taylor_adaptive_batch` (its SIMD batch mode, `--heyoka-batch` lanes,
+  one thread), chunk by chunk, its default order for the tolerance.
+
+Time: the second call for taylax (the first, which traces and compiles, is reported
+apart); `propagate_until` of fresh copies for heyoka. Errors: median, 90th percentile and
+maximum over the ensemble. The table goes to
+`benchmarks/results/ode_ensemble_<orbits>_orbits.md`.
+
+    python benchmarks/bench_ode_ensemble.py                      # 64 orbits of e ~ 0.9, 100 periods
+    python benchmarks/bench_ode_ensemble.py --orbits 1000 --trajectories 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import taylax  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def kepler(t, y, args):
+    r, v = y[:2], y[2:]
+    return jnp.concatenate([v, -r / jnp.sum(r * r) ** 1.5])
+
+
+def ensemble(n: int, e: float, spread: float) -> np.ndarray:
+    """`(n, 4)` initial states at pericentre: eccentricities over `e +- spread`, each
+    orbit rotated by its own angle."""
+    es = np.linspace(e - spread, e + spread, n)
+    angles = 2 * np.pi * np.arange(n) / n + 0.1
+    r = 1 - es
+    v = np.sqrt((1 + es) / (1 - es))
+    c, s = np.cos(angles), np.sin(angles)
+    return np.stack([r * c, r * s, -v * s, v * c], axis=1)
+
+
+def energy(y):
+    y = np.asarray(y, float)
+    return 0.5 * np.sum(y[..., 2:] ** 2, -1) - 1 / np.linalg.norm(y[..., :2], axis=-1)
+
+
+def errors(y_end, y0):
+    """Per trajectory: the final-state error (max norm) and the relative energy error."""
+    state = np.max(np.abs(np.asarray(y_end) - y0), axis=-1)
+    return state, np.abs(energy(y_end) / energy(y0) - 1)
+
+
+def run_taylax(y0s, tol, t_end):
+    solve = jax.jit(
+        jax.vmap(taylax.ode.integrate(kepler, tol=tol, max_steps=10_000_000), in_axes=(None, 0))
+    )
+    ts = jnp.array([0.0, t_end])
+    begin = time.perf_counter()
+    jax.block_until_ready(solve(ts, jnp.asarray(y0s)))
+    first = time.perf_counter() - begin
+    begin = time.perf_counter()
+    sol = jax.block_until_ready(solve(ts, jnp.asarray(y0s)))
+    elapsed = time.perf_counter() - begin
+    return elapsed, first, np.asarray(sol.steps), *errors(sol.ys[:, -1], y0s)
+
+
+def run_heyoka(y0s, tol, t_end, lanes):
+    import heyoka as hy
+
+    x, y, vx, vy = hy.make_vars("x", "y", "vx", "vy")
+    r3 = (x**2 + y**2) ** -1.5
+    system = [(x, vx), (y, vy), (vx, -x * r3), (vy, -y * r3)]
+    n = len(y0s)
+    padded = np.concatenate([y0s, np.repeat(y0s[-1:], -n % lanes, axis=0)])
+    begin = time.perf_counter()
+    template = hy.taylor_adaptive_batch(system, np.ascontiguousarray(padded[:lanes].T), tol=tol)
+    first = time.perf_counter() - begin
+    chunks = []
+    for i in range(0, len(padded), lanes):
+        ta = copy.deepcopy(template)
+        ta.set_time(np.zeros(lanes))
+        ta.state[:] = padded[i : i + lanes].T
+        chunks.append(ta)
+    ends, steps = [], []
+    begin = time.perf_counter()
+    for ta in chunks:
+        ta.propagate_until(t_end)
+    elapsed = time.perf_counter() - begin
+    for ta in chunks:
+        ends.append(ta.state.T.copy())
+        steps.extend(int(s[3]) for s in ta.propagate_res)
+    y_end = np.concatenate(ends)[:n]
+    return elapsed, first, np.asarray(steps[:n]), *errors(y_end, y0s)
+
+
+def _summary(values) -> str:
+    q = np.quantile(values, [0.5, 0.9])
+    return f"{q[0]:.1e} / {q[1]:.1e} / {np.max(values):.1e}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--orbits", type=int, default=100)
+    parser.add_argument("--trajectories", type=int, default=64)
+    parser.add_argument("--e", type=float, default=0.9)
+    parser.add_argument("--spread", type=float, default=0.01)
+    parser.add_argument("--tol", type=float, default=1e-14)
+    parser.add_argument("--heyoka-batch", type=int, default=4)
+    args = parser.parse_args()
+    y0s = ensemble(args.trajectories, args.e, args.spread)
+    t_end = args.orbits * 2 * np.pi
+    lines = [
+        f"Kepler ensemble: {args.trajectories} orbits, e = {args.e} +- {args.spread}, "
+        f"{args.orbits} periods, tol {args.tol:.0e}, float64, jax {jax.__version__}, "
+        f"{jax.devices()[0].device_kind}. Command: `python benchmarks/bench_ode_ensemble.py "
+        f"--orbits {args.orbits} --trajectories {args.trajectories} --e {args.e} "
+        f"--spread {args.spread} --tol {args.tol:.0e}`.",
+        "",
+        "| contender | time (s) | first call (s) | steps (median) | final-state error "
+        "(median / 90% / max) | energy error (median / 90% / max) |",
+        "|---|---|---|---|---|---|",
+    ]
+    runs = {
+        "taylax (vmap)": lambda: run_taylax(y0s, args.tol, t_end),
+        f"heyoka (batch of {args.heyoka_batch})": lambda: run_heyoka(
+            y0s, args.tol, t_end, args.heyoka_batch
+        ),
+    }
+    medians = {}
+    for name, run in runs.items():
+        elapsed, first, steps, state, energy_error = run()
+        medians[name] = np.median(state)
+        lines.append(
+            f"| {name} | {elapsed:.3f} | {first:.2f} | {int(np.median(steps))} | "
+            f"{_summary(state)} | {_summary(energy_error)} |"
+        )
+        print(lines[-1], flush=True)
+    ours, theirs = medians.values()
+    lines += ["", f"Median final-state error, taylax / heyoka: {ours / theirs:.2f}."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"ode_ensemble_{args.orbits}_orbits.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
