@@ -10,8 +10,9 @@ compiles, is reported apart), float64. The table goes to
 - taylax: `jax.jit(taylax.ode.integrate(kepler, tol=tol))`;
 - heyoka (`heyoka.taylor_adaptive`, its default order for the tolerance), timed
   `propagate_until` from a fresh copy of the integrator;
-- diffrax `Dopri8` with a PID controller at `rtol = atol = tol` (skipped with
-  `--no-diffrax`).
+- diffrax `Dopri8` with a PID controller at `rtol = atol = tol`, and diffrax with
+  `taylax.ode.Taylor` (Jorba and Zou's order for the tolerance, as `taylax.ode.integrate`
+  takes) under the same controller (both skipped with `--no-diffrax`).
 
     python benchmarks/bench_ode.py                        # 100 orbits, tol 1e-14 and 1e-10
     python benchmarks/bench_ode.py --orbits 1000 --tols 1e-14 --no-diffrax
@@ -20,6 +21,7 @@ compiles, is reported apart), float64. The table goes to
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
@@ -85,16 +87,17 @@ def run_heyoka(e, tol, t_end):
     return elapsed, first, steps, *errors(fresh.state, y0)
 
 
-def run_diffrax(e, tol, t_end):
+def run_diffrax(e, tol, t_end, solver=None):
     import diffrax
 
     y0 = start(e)
+    solver = diffrax.Dopri8() if solver is None else solver
 
     @jax.jit
     def solve(y0):
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(kepler),
-            diffrax.Dopri8(),
+            solver,
             0.0,
             t_end,
             None,
@@ -112,6 +115,11 @@ def run_diffrax(e, tol, t_end):
     return time.perf_counter() - begin, first, int(steps), *errors(y_end, y0)
 
 
+def run_diffrax_taylor(e, tol, t_end):
+    order = max(2, math.ceil(-math.log(tol) / 2 + 1))  # as taylax.ode.integrate's default
+    return run_diffrax(e, tol, t_end, taylax.ode.Taylor(order))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orbits", type=int, default=100)
@@ -122,6 +130,7 @@ def main() -> None:
     contenders = {"taylax": run_taylax, "heyoka": run_heyoka}
     if not args.no_diffrax:
         contenders["diffrax Dopri8"] = run_diffrax
+        contenders["diffrax + taylax.ode.Taylor"] = run_diffrax_taylor
     t_end = args.orbits * 2 * np.pi
     lines = [
         f"Kepler, {args.orbits} orbits, float64, jax {jax.__version__}, "

@@ -1,7 +1,33 @@
 """Taylor methods for ODEs: the solution's Taylor coefficients from any JAX vector field,
-and an adaptive Taylor integrator built on them."""
+an adaptive Taylor integrator built on them, and a diffrax solver (`Taylor`, which needs
+diffrax and is imported on first access)."""
+
+import typing
 
 from ._coefficients import coefficients as coefficients
 from ._integrate import Solution as Solution, integrate as integrate
 
-__all__ = ["coefficients", "integrate", "Solution"]
+if typing.TYPE_CHECKING:
+    from ._diffrax import Taylor as Taylor
+
+__all__ = ["coefficients", "integrate", "Solution", "Taylor"]
+
+
+def __getattr__(name: str):
+    # `Taylor` imports diffrax, an optional dependency: it is loaded on first access, so
+    # that `import taylax.ode` never imports diffrax.
+    if name != "Taylor":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        from ._diffrax import Taylor
+    except ImportError as error:
+        raise ImportError(
+            "taylax.ode.Taylor needs diffrax, which could not be imported "
+            f"({error}): pip install 'diffrax>=0.7' (or 'taylax[diffrax]')."
+        ) from error
+    globals()["Taylor"] = Taylor
+    return Taylor
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"Taylor"})
