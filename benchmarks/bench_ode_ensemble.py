@@ -36,13 +36,9 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import taylax  # noqa: E402
+from bench_ode import kepler  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def kepler(t, y, args):
-    r, v = y[:2], y[2:]
-    return jnp.concatenate([v, -r / jnp.sum(r * r) ** 1.5])
 
 
 def ensemble(n: int, e: float, spread: float) -> np.ndarray:
