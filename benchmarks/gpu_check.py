@@ -121,6 +121,12 @@ def _round_ms(compiled, args, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e3
 
 
+def steady_ms(compiled, args, rounds: int, calls: int) -> float:
+    """Minimum over `rounds` of the time per call of `calls` calls back to back (ms): one
+    contender alone (`time_all` interleaves several)."""
+    return min(_round_ms(compiled, args, calls) for _ in range(rounds))
+
+
 def compile_and_time(fn, args, calls: int, rounds: int, policy=None) -> dict:
     """First call (lower + compile + run) and steady state (minimum over `rounds` rounds of
     `calls` calls) of `jax.jit(fn)` on `args`."""

@@ -115,3 +115,31 @@ def test_bench_script_is_importable():
 def test_docstring_examples():
     failures, _ = doctest.testmod(harness, verbose=False)
     assert failures == 0
+
+
+def _sibling_imports(path: Path) -> list[tuple[str, str]]:
+    """`(module, name)` for every `from <benchmark script> import <name>` in `path`, at any
+    depth (some scripts import a sibling inside a function)."""
+    import ast
+
+    siblings = {p.stem for p in (ROOT / "benchmarks").glob("*.py")}
+    pairs = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module in siblings:
+            pairs += [(node.module, alias.name) for alias in node.names]
+    return pairs
+
+
+@pytest.mark.parametrize(
+    "script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")), ids=str
+)
+def test_benchmark_scripts_import_and_find_their_siblings_names(script):
+    # `make bench` is not part of CI: a script whose sibling lost a name (gpu_check's
+    # `steady_ms`, once) failed only when someone ran it.
+    path = ROOT / "benchmarks" / script
+    module = importlib.import_module(path.stem)
+    assert module.__doc__, f"{script} has no docstring saying what it measures"
+    for sibling, name in _sibling_imports(path):
+        assert hasattr(importlib.import_module(sibling), name), (
+            f"{script} imports `{name}` from {sibling}.py, which does not define it."
+        )
