@@ -46,7 +46,7 @@ test-slow: $(VENV)/.stamp-test
 
 # The tests of the rules, the API, the operators, the precision and the ODE solvers again
 # under the GPU's emission policy, on this machine: the forms only that policy emits (rows
-# and unrolled recurrences to other orders) are checked without a GPU (about 4 minutes on
+# and unrolled recurrences to other orders) are checked without a GPU (2 to 4 minutes on
 # 2 cores; tests/conftest.py, TAYLAX_TEST_POLICY).
 GPU_POLICY_TESTS := tests/test_rules_elementwise.py tests/test_rules_complex.py \
 	tests/test_rules_control.py tests/test_rules_reductions.py tests/test_rules_linalg.py \
