@@ -197,6 +197,15 @@ def check_time(t, dtype, name: str):
     return t.astype(dtype)
 
 
+def horner(c, h):
+    """`sum_k c[k] h^k` for coefficients `c` stacked `(K + 1, ...)` (Horner's rule): the
+    solution's polynomial at an offset `h` from its point."""
+    out = c[-1]
+    for k in range(c.shape[0] - 2, -1, -1):
+        out = out * h + c[k]
+    return out
+
+
 def solution_series(g, t0, w0, order: int):
     """Coefficients `w_0..w_order` of the solution of `w' = g(t, w)` through `w(t0) = w0`,
     stacked `(order + 1, n)`, by the sweeps of this module's docstring."""

@@ -30,22 +30,20 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from ._coefficients import check_time, real_problem, solution_series
+from .._programs import check_order
+from .._series import real_dtype
+from ._coefficients import check_time, horner, real_problem, solution_series
 
 
-def _real_dtype(dtype):
-    return jnp.finfo(dtype).dtype
+def _offset(s, c):
+    """The time offset `s` in the real type of the coefficients `c`."""
+    return jnp.asarray(s).astype(real_dtype(c.dtype))
 
 
 def _polynomial(c, s):
-    """`sum_k c[k] s^k` for a leaf of coefficients stacked `(K + 1, *shape)` (Horner)."""
-    s = jnp.asarray(s).astype(_real_dtype(c.dtype))
-    out = c[-1]
-    for k in range(c.shape[0] - 2, -1, -1):
-        out = out * s + c[k]
-    return out
+    """`sum_k c[k] s^k` for a leaf of coefficients stacked `(K + 1, *shape)`."""
+    return horner(c, _offset(s, c))
 
 
 def _rise(c, s):
@@ -53,8 +51,8 @@ def _rise(c, s):
     subtracting `c[0]` (an increment between two close times keeps its digits)."""
     if c.shape[0] == 1:
         return jnp.zeros_like(c[0])
-    s = jnp.asarray(s).astype(_real_dtype(c.dtype))
-    return _polynomial(c[1:], s) * s
+    s = _offset(s, c)
+    return horner(c[1:], s) * s
 
 
 class TaylorInterpolation(diffrax.AbstractLocalInterpolation):
@@ -142,17 +140,13 @@ class Taylor(diffrax.AbstractAdaptiveSolver):
     interpolation_cls: ClassVar[Callable[..., TaylorInterpolation]] = TaylorInterpolation
 
     def __init__(self, order: int):
-        if isinstance(order, bool) or not isinstance(order, (int, np.integer)):
-            raise TypeError(
-                f"`order` must be a Python integer of at least 1, got {order!r} of type "
-                f"{type(order).__name__}."
-            )
+        order = check_order(order)
         if order < 1:
             raise ValueError(
                 f"`order` must be at least 1 (a Taylor method of order K steps with the "
                 f"coefficients y_0..y_K), got {order}."
             )
-        self.taylor_order = int(order)
+        self.taylor_order = order
 
     def order(self, terms) -> int:
         return self.taylor_order
@@ -170,9 +164,7 @@ class Taylor(diffrax.AbstractAdaptiveSolver):
         h = t1 - t0
         y1 = jax.tree.map(lambda c: _polynomial(c, h), coeffs)
         k = self.taylor_order
-        y_error = jax.tree.map(
-            lambda c: c[-1] * jnp.asarray(h).astype(_real_dtype(c.dtype)) ** k, coeffs
-        )
+        y_error = jax.tree.map(lambda c: c[-1] * _offset(h, c) ** k, coeffs)
         return y1, y_error, dict(coeffs=coeffs), None, diffrax.RESULTS.successful
 
     def func(self, terms, t0, y0, args):

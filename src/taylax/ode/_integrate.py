@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._coefficients import real_problem, solution_series
+from ._coefficients import horner, real_problem, solution_series
 
 
 class Solution(NamedTuple):
@@ -49,14 +49,6 @@ class Solution(NamedTuple):
 def taylor_order(tol: float) -> int:
     """Jorba and Zou's order for a tolerance: `ceil(-ln(tol) / 2 + 1)`, at least 2."""
     return max(2, math.ceil(-math.log(tol) / 2 + 1))
-
-
-def _horner(c, h):
-    """`sum_k c[k] h^k` for coefficients `c` stacked `(p + 1, n)`."""
-    out = c[-1]
-    for k in range(c.shape[0] - 2, -1, -1):
-        out = out * h + c[k]
-    return out
 
 
 def _two_sum(t, h, t_low):
@@ -96,13 +88,13 @@ def _stepper(g, ts, order: int):
         h = jnp.minimum(_step_size(c, order), left)
         offsets = (ts - t) - t_low
         inside = (direction * offsets > 0) & (direction * (offsets - direction * h) <= 0)
-        values = jax.vmap(lambda d: _horner(c, d))(offsets)
+        values = jax.vmap(lambda d: horner(c, d))(offsets)
         # The time as an unevaluated sum `t + t_low` (two-sum): rounding `t + h` at every
         # step would drift the time by up to an ulp of `t` per step.
         last = h >= left
         t_next, t_low = _two_sum(t, direction * h, t_low)
         t_next, t_low = jnp.where(last, t_end, t_next), jnp.where(last, 0, t_low)
-        return t_next, t_low, _horner(c, direction * h), values, inside
+        return t_next, t_low, horner(c, direction * h), values, inside
 
     return step, remaining
 
