@@ -44,16 +44,11 @@ test: lint $(VENV)/.stamp-demo
 test-slow: $(VENV)/.stamp-test
 	$(BIN)/python -m pytest -n 2 -m slow $(PYTEST_ARGS)
 
-# The tests of the rules, the API, the operators, the precision and the ODE solvers again
-# under the GPU's emission policy, on this machine: the forms only that policy emits (rows
-# and unrolled recurrences to other orders) are checked without a GPU (2 to 4 minutes on
-# 2 cores; tests/conftest.py, TAYLAX_TEST_POLICY).
-GPU_POLICY_TESTS := tests/test_rules_elementwise.py tests/test_rules_complex.py \
-	tests/test_rules_control.py tests/test_rules_reductions.py tests/test_rules_linalg.py \
-	tests/test_rules_structural.py tests/test_rules_special.py tests/test_random_programs.py \
-	tests/test_api.py tests/test_api_precision.py tests/test_fallback.py tests/test_overflow.py \
-	tests/test_operators.py tests/test_biharmonic.py tests/test_ode_coefficients.py \
-	tests/test_ode_integrate.py
+# The modules of tests/gpu_policy_modules.txt (the rules, the API, the operators, the
+# precision and the ODE solvers) again under the GPU's emission policy, on this machine:
+# the forms only that policy emits (rows and unrolled recurrences to other orders) are
+# checked without a GPU (2 to 4 minutes on 2 cores; tests/conftest.py, TAYLAX_TEST_POLICY).
+GPU_POLICY_TESTS := $(shell grep -v '^\#' tests/gpu_policy_modules.txt)
 
 test-gpu-policy: $(VENV)/.stamp-test
 	TAYLAX_TEST_POLICY=gpu $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS) $(GPU_POLICY_TESTS)

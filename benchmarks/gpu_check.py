@@ -127,12 +127,6 @@ def steady_ms(compiled, args, rounds: int, calls: int) -> float:
     return min(_round_ms(compiled, args, calls) for _ in range(rounds))
 
 
-def compile_and_time(fn, args, calls: int, rounds: int, policy=None) -> dict:
-    """First call (lower + compile + run) and steady state (minimum over `rounds` rounds of
-    `calls` calls) of `jax.jit(fn)` on `args`."""
-    return time_all({"one": (fn, policy)}, args, calls, rounds)["one"]
-
-
 def _describe(compiled, out, first: float) -> dict:
     text = compiled.as_text()
     memory = compiled.memory_analysis()
