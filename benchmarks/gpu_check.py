@@ -43,7 +43,7 @@ from jax.experimental import jet as jax_jet  # noqa: E402
 
 import taylax  # noqa: E402
 from bench_batched import nested_levels  # noqa: E402
-from bench_large import rk4_unrolled  # noqa: E402
+from bench_large import build as build_large  # noqa: E402
 
 try:  # noqa: SIM105
     import folx  # noqa: E402
@@ -72,20 +72,37 @@ CHAINS = {
 
 def all_variants() -> dict[str, taylax.EmissionPolicy]:
     """Policies this script can compare (`--policies`): the GPU policy as shipped
-    (`gpu-unrolled`), the two it was chosen against, the one before tanh's line went row
-    by row (`gpu-tanh-stacked`), the shipped one with values marked to be computed once
-    (`gpu-marks`), and the CPU's."""
+    (`gpu-unrolled`); the two it was first chosen against (`gpu-marked`, `gpu-nomark`:
+    recurrences in loops past order 8); the shipped one with tanh's line stacked
+    (`gpu-tanh-stacked`) or row by row only to order 4 (`gpu-tanh4`), with values marked
+    to be computed once (`gpu-marks`), with every closed form row by row to order 32
+    (`gpu-rows`), with the output's rows fused into its stack (`gpu-output-fused`), and
+    with that and products past order 4 as shifted sums of stacks
+    (`gpu-stacked-products`: the GPU policy before 2026-11-28); and the CPU's."""
     looped = dict(unroll_max_order=8, unroll_low_degree_max_order=32, polynomial_rows_max_order=1)
+    stack_scaled = dict(output_rows_apart_min_order=None)
+    stacked_products = dict(product_rows_max_order=4, stacked_product_rows_max_order=4)
+    gpu = taylax.GPU
     return {
         "gpu-marked": dataclasses.replace(
-            taylax.GPU, name="gpu-marked", mark_values=True, **looped
+            gpu, name="gpu-marked", mark_values=True, **looped, **stack_scaled, **stacked_products
         ),
-        "gpu-nomark": dataclasses.replace(taylax.GPU, name="gpu-nomark", **looped),
-        "gpu-unrolled": taylax.GPU,
+        "gpu-nomark": dataclasses.replace(
+            gpu, name="gpu-nomark", **looped, **stack_scaled, **stacked_products
+        ),
+        "gpu-unrolled": gpu,
         "gpu-tanh-stacked": dataclasses.replace(
-            taylax.GPU, name="gpu-tanh-stacked", polynomial_rows_max_order=1
+            gpu, name="gpu-tanh-stacked", polynomial_rows_max_order=1
         ),
-        "gpu-marks": dataclasses.replace(taylax.GPU, name="gpu-marks", mark_values=True),
+        "gpu-tanh4": dataclasses.replace(gpu, name="gpu-tanh4", polynomial_rows_max_order=4),
+        "gpu-marks": dataclasses.replace(gpu, name="gpu-marks", mark_values=True),
+        "gpu-rows": dataclasses.replace(
+            gpu, name="gpu-rows", rows_max_order=32, polynomial_rows_max_order=32
+        ),
+        "gpu-output-fused": dataclasses.replace(gpu, name="gpu-output-fused", **stack_scaled),
+        "gpu-stacked-products": dataclasses.replace(
+            gpu, name="gpu-stacked-products", **stack_scaled, **stacked_products
+        ),
         "cpu": taylax.CPU,
     }
 
@@ -190,12 +207,19 @@ def run_chains(args, emit):
                 contenders = {}
                 for label, policy in variants().items():
                     fn = jax.vmap(taylax.derivatives(f, K))
-                    contenders[label] = (lambda t, fn=fn: fn(t).T, policy)
-                # The issue's form: the whole array along a direction of ones.
-                contenders["taylax-whole"] = (
-                    lambda t, f=f, K=K: taylax.derivatives(f, K)(t, jnp.ones_like(t)),
-                    None,
-                )
+                    # (K + 1, points) as jet's stack, or as vmap returns it (`--point-major`).
+                    contenders[label] = (
+                        (lambda t, fn=fn: fn(t))
+                        if args.point_major
+                        else (lambda t, fn=fn: fn(t).T),
+                        policy,
+                    )
+                if args.whole:
+                    # The issue's form: the whole array along a direction of ones.
+                    contenders["taylax-whole"] = (
+                        lambda t, f=f, K=K: taylax.derivatives(f, K)(t, jnp.ones_like(t)),
+                        None,
+                    )
 
                 contenders["jet"] = (jet_along_ones(f, K), None)
                 if K <= args.nested_max_order:
@@ -282,28 +306,34 @@ def run_laplacian(args, emit):
 
 
 def run_large(args, emit):
-    y0 = jnp.float64(0.8)
-    for K in (2, 4, 8):
-        contenders = {
-            "gpu": (lambda y, K=K: taylax.derivatives(rk4_unrolled, K)(y), taylax.GPU),
-            "gpu-compact": (
-                lambda y, K=K: taylax.derivatives(rk4_unrolled, K)(y),
-                taylax.GPU.compact(),
-            ),
-        }
+    """First calls on `bench_large`'s programs (`--large-programs`: the unrolled RK4, the
+    30-layer tanh MLP) at `--large-orders`, each selected policy (and the RK4's compact
+    form) against jet, in this process: every contender is a program of its own, so none
+    reuses another's compilation."""
+    for program in args.large_programs.split(","):
+        f, x, v = build_large(program)
+        for K in [int(k) for k in args.large_orders.split(",")]:
+            contenders = {
+                label: (lambda x, v, K=K, f=f: taylax.derivatives(f, K)(x, v), policy)
+                for label, policy in variants().items()
+            }
+            if program == "rk4":
+                contenders["gpu-compact"] = (
+                    lambda x, v, K=K, f=f: taylax.derivatives(f, K)(x, v),
+                    taylax.GPU.compact(),
+                )
 
-        def jet_run(y, K=K):
-            terms = [jnp.ones_like(y)] + [jnp.zeros_like(y)] * (K - 1)
-            y0, ys = jax_jet.jet(rk4_unrolled, (y,), (terms,))
-            return jnp.stack([y0, *ys])
+            def jet_run(x, v, K=K, f=f):
+                y0, ys = jax_jet.jet(f, (x,), ([v] + [jnp.zeros_like(v)] * (K - 1),))
+                return jnp.stack([y0, *ys])
 
-        contenders["jet"] = (jet_run, None)
-        results = time_all(contenders, (y0,), 1, 1)
-        emit(
-            {"program": "unrolled rk4", "dtype": "float64", "order": K, "n": 1},
-            results,
-            8 * (K + 1),
-        )
+            contenders["jet"] = (jet_run, None)
+            results = time_all(contenders, (x, v), 1, 1)
+            emit(
+                {"program": f"large {program}", "dtype": "float64", "order": K, "n": 1},
+                results,
+                8 * (K + 1),
+            )
 
 
 def run_fallback(args, emit):
@@ -406,32 +436,51 @@ def run_operators(args, emit):
 
 
 def dump_hlo(args):
-    """The optimized HLO of taylax (whole array, vmapped, `taylor`), jet and nested jvp (up
-    to `--nested-max-order`) on the chains `--hlo-chains` at the orders `--hlo-orders`,
-    float64 and float32, into `--hlo` (one file)."""
-    with open(args.hlo, "w") as out:
+    """The optimized HLO of taylax (whole array, vmapped, `taylor`; the vmapped form also
+    under each of `--hlo-policies`), jet and nested jvp (up to `--nested-max-order`) on the
+    chains `--hlo-chains` at the orders `--hlo-orders`, in `--hlo-dtypes`, into `--hlo`
+    (one file, gzip-compressed where its name ends in `.gz`)."""
+    import contextlib
+    import gzip
+
+    table = all_variants()
+    hlo_policies = [table[name] for name in filter(None, args.hlo_policies.split(","))]
+    opener = gzip.open if args.hlo.endswith(".gz") else open
+    with opener(args.hlo, "wt") as out:
         for name in args.hlo_chains.split(","):
             f = CHAINS[name]
             for dtype in args.hlo_dtypes.split(","):
                 t = jnp.linspace(-0.9, 0.9, args.n, dtype=dtype)
                 for K in [int(k) for k in args.hlo_orders.split(",")]:
+                    vmapped = lambda t, f=f, K=K: jax.vmap(taylax.derivatives(f, K))(t).T  # noqa: E731
                     fns = {
-                        "taylax-whole": lambda t, f=f, K=K: taylax.derivatives(f, K)(
-                            t, jnp.ones_like(t)
+                        "taylax-whole": (
+                            lambda t, f=f, K=K: taylax.derivatives(f, K)(t, jnp.ones_like(t)),
+                            None,
                         ),
-                        "taylax-vmap": lambda t, f=f, K=K: jax.vmap(taylax.derivatives(f, K))(t).T,
-                        "taylax-taylor": lambda t, f=f, K=K: taylax.taylor(f, K)(
-                            t, jnp.ones_like(t)
-                        )[1],
-                        "jet": jet_along_ones(f, K),
+                        "taylax-vmap": (vmapped, None),
+                        "taylax-taylor": (
+                            lambda t, f=f, K=K: taylax.taylor(f, K)(t, jnp.ones_like(t))[1],
+                            None,
+                        ),
+                        "jet": (jet_along_ones(f, K), None),
                     }
+                    for policy in hlo_policies:
+                        fns[f"taylax-vmap {policy.name}"] = (vmapped, policy)
                     if K <= args.nested_max_order:
-                        fns["nested jvp (vmap)"] = lambda t, f=f, K=K: (
-                            jax.vmap(nested_levels(f, K))(t).T
+                        fns["nested jvp (vmap)"] = (
+                            lambda t, f=f, K=K: jax.vmap(nested_levels(f, K))(t).T,
+                            None,
                         )
-                        fns["nested jvp"] = nested_levels(f, K)
-                    for label, fn in fns.items():
-                        compiled = jax.jit(fn).lower(t).compile()
+                        fns["nested jvp"] = (nested_levels(f, K), None)
+                    for label, (fn, policy) in fns.items():
+                        scope = (
+                            taylax.emission_policy(policy)
+                            if policy is not None
+                            else contextlib.nullcontext()
+                        )
+                        with scope:
+                            compiled = jax.jit(fn).lower(t).compile()
                         out.write(f"\n\n#### {name} {dtype} {label} K={K}\n")
                         out.write(compiled.as_text())
 
@@ -454,6 +503,24 @@ def main(argv=None) -> int:
     parser.add_argument("--hlo-dtypes", default="float64,float32")
     parser.add_argument("--parts", default="mlp,laplacian,chains,large")
     parser.add_argument("--fori-batch", type=int, default=65536)
+    parser.add_argument("--large-programs", default="rk4,mlp30")
+    parser.add_argument("--large-orders", default="2,4,8")
+    parser.add_argument(
+        "--point-major",
+        action="store_true",
+        help="chains: the vmapped form's output as vmap returns it, (points, K + 1)",
+    )
+    parser.add_argument(
+        "--no-whole",
+        dest="whole",
+        action="store_false",
+        help="chains: time the vmapped form under each policy only, not the whole-array call",
+    )
+    parser.add_argument(
+        "--hlo-policies",
+        default="",
+        help="also write the vmapped form's HLO under these policies (names as --policies)",
+    )
     parser.add_argument("--hlo", default=None, help="write optimized HLO of small cases here")
     parser.add_argument("--out", default=None, help="append JSON records to this file")
     parser.add_argument(

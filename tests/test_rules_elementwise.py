@@ -382,6 +382,7 @@ _CYCLES = {
 
 
 @xla_cpu_only
+@pytest.mark.usefixtures("cpu_policy")
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
 @pytest.mark.parametrize("name", list(_CYCLES))
 def test_closed_form_stack_past_eight_rows_stays_one_expression(name, dtype):

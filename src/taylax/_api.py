@@ -27,6 +27,7 @@ from ._series import (
     check_order_for_dtype,
     derivative_scale,
     factorials,
+    known_rows,
     mark_buffer_rows,
     pad_degree,
     stack_rows,
@@ -110,16 +111,37 @@ def _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order: int, unit: bool, scal
     return [p for p, _ in pairs], [c for _, c in pairs]
 
 
+def _materialized_rows(o: Series, aval, order: int):
+    """Coefficients 0..order of an output whose rows are known (`known_rows`), each row
+    computed into a buffer of its own (an optimization barrier) and then stacked (the
+    policy's `output_rows_apart_min_order`); None where they are not known."""
+    rows = None if o.is_constant else known_rows(o.coeffs)
+    if rows is None:
+        return None
+    rows = [
+        jnp.zeros(aval.shape, aval.dtype) if k >= len(rows) else rows[k] for k in range(order + 1)
+    ]
+    rows = [jnp.broadcast_to(jnp.asarray(r, aval.dtype), aval.shape) for r in rows]
+    return jnp.stack(lax.optimization_barrier(rows))
+
+
 def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exact=False):
     """Derivatives 0..order of each output, stacked along a leading axis, from one pass
     along `scale` times the direction (`_to_derivatives` on every row: `0!` is 1)."""
     seeds = _seeds(x_leaves, v_leaves, order, unit, scale)
     outs = eval_jaxpr_series(jaxpr, consts, seeds, order, fits_one_kernel(jaxpr, order))
     stacks = []
+    policy = _policy.current()
     for o, v in zip(outs, jaxpr.outvars):
         inexact = bool(order) and jnp.issubdtype(v.aval.dtype, jnp.inexact)
+        apart = policy.output_rows_apart_min_order
+        rows = None
+        if inexact and apart is not None and order >= apart:
+            rows = _materialized_rows(o, v.aval, order)
+        if rows is not None:
+            stacks.append(_to_derivatives(rows, order, scale, exact, first=0))
         # The pass's own stack up to the policy's order; past it, the rows concatenated.
-        if order <= _policy.current().stacked_output_max_order:
+        elif order <= policy.stacked_output_max_order:
             c = _output_stack(o, v.aval, order)
             stacks.append(_to_derivatives(c, order, scale, exact, first=0) if inexact else c)
         else:

@@ -72,6 +72,11 @@ class EmissionPolicy:
     - `polynomial_rows_max_order`: tanh/tan along a line row by row up to this order.
     - `stacked_output_max_order`: `derivatives` returns the pass's own stack up to this
       order; past it, the primal and the coefficients concatenated.
+    - `output_rows_apart_min_order`: from this order `derivatives` computes each of an
+      output's rows into a buffer of its own (an optimization barrier) before stacking
+      them, where the rows are known; None never does. On
+      XLA:GPU a stack fused with the rows' expressions computes them once per row of the
+      stack, each thread recomputing what the rows share.
 
     **Chunks:**
 
@@ -145,6 +150,7 @@ class EmissionPolicy:
     fused_concat_max_operands: int = 8
     polynomial_rows_max_order: int = 1
     stacked_output_max_order: int = 4
+    output_rows_apart_min_order: int | None = None
     scalar_products_as_dots: bool = False
     element_chunk: int | None = 8192
     point_chunks: bool = True
@@ -251,16 +257,18 @@ in cache, chunks of points and blocks of directions (docs/EMISSION.md, "CPU").
 """
 
 # GPUs: straight-line code that XLA fuses; no loop over coefficients, elements or points,
-# no value marked for a buffer (docs/EMISSION.md, "GPU").
+# no value marked for a buffer; products row by row and output rows in buffers of their
+# own (docs/EMISSION.md, "GPU" and its "Fourth run").
 GPU = EmissionPolicy(
     name="gpu",
     unroll_max_order=32,
     loop_unroll_max_order=32,
     reciprocal_min_order=33,
     unroll_low_degree_max_order=32,
-    product_rows_max_order=4,
-    stacked_product_rows_max_order=4,
+    product_rows_max_order=32,
+    stacked_product_rows_max_order=32,
     polynomial_rows_max_order=8,
+    output_rows_apart_min_order=1,
     element_chunk=None,
     point_chunks=False,
     elementwise_by_points_min_bytes=None,
@@ -269,7 +277,9 @@ GPU = EmissionPolicy(
     fallback_check_apart=True,
 )
 """The policy for XLA:GPU (`gpu`, `cuda`, `rocm`): straight-line code that XLA fuses into few
-kernels; no loop over coefficients, elements or points, no buffer marks. Whole-array calls of
+kernels; no loop over coefficients, elements or points, no buffer marks; products as sums of
+row products, and each output row computed into a buffer of its own before the stack (fused
+into the stack, XLA:GPU recomputed each row's shared expressions). Whole-array calls of
 elementwise functions stay whole-array passes (unmeasured as a `vmap` on a GPU). Its fusion cuts
 are the CPU's, unmeasured on a GPU: a guard against kernels that grow with a whole
 unrolled loop, at the price of a few more kernels in long programs.
