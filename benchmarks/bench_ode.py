@@ -37,8 +37,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def kepler(t, y, args):
+    # Sums over axis 0 only: a batch of states `(4, B)` (`integrate(..., batch=True)`)
+    # holds B trajectories along its last axis.
     r, v = y[:2], y[2:]
-    return jnp.concatenate([v, -r / jnp.sum(r * r) ** 1.5])
+    return jnp.concatenate([v, -r / jnp.sum(r * r, axis=0) ** 1.5])
 
 
 def start(e):

@@ -17,7 +17,7 @@ beside it. Usage::
 
     python benchmarks/bench_unrolled.py [--steps 5,10,20,40] [--orders 2,4,8]
         [--programs rk4,lorenz] [--modes scalar,vmap] [--policy cpu|gpu|cpu-uncut]
-        [--fusion-cut N] [--no-jet] [--jet-stacked]
+        [--fusion-cut N] [--set FIELD=VALUE ...] [--no-jet] [--jet-stacked]
 
 `--policy cpu-uncut` is the CPU policy without fusion cuts (`fusion_cut=None`), the
 program before the fix. Prints a markdown table.
@@ -134,6 +134,9 @@ def main(argv=None) -> int:
     parser.add_argument("--points", type=int, default=1000)
     parser.add_argument("--policy", default="cpu")
     parser.add_argument("--fusion-cut", type=int, default=None, help="override `fusion_cut`")
+    parser.add_argument(
+        "--set", nargs="*", default=[], help="FIELD=VALUE policy changes (integers or None)"
+    )
     parser.add_argument("--no-jet", action="store_true", help="time taylax alone")
     parser.add_argument(
         "--jet-stacked", action="store_true", help="stack jet's terms in its program"
@@ -145,6 +148,11 @@ def main(argv=None) -> int:
     if args.fusion_cut is not None:
         name = f"{policy.name}-cut{args.fusion_cut}"
         policy = dataclasses.replace(policy, name=name, fusion_cut=args.fusion_cut)
+    if args.set:
+        changes = {
+            k: None if v == "None" else int(v) for k, v in (item.split("=") for item in args.set)
+        }
+        policy = dataclasses.replace(policy, name=f"{policy.name}+{args.set}", **changes)
     budget = (args.calls, args.rounds)
     slow: dict[str, set] = {"taylax": set(), "jet": set()}  # (program, mode, K) past SKIP_MS
     if args.no_jet:

@@ -126,7 +126,8 @@ def _sweep(g, jac_g, t0, w, top: int) -> list:
         rhs = f[k]
         if k > m:
             z = jnp.stack([w[k - i] for i in range(k - m)])
-            rhs = rhs + jnp.einsum("inj,ij->n", jac[: k - m], z)
+            # `...`: a trailing batch axis of trajectories (`batched_problem`), if any.
+            rhs = rhs + jnp.einsum("inj...,ij...->n...", jac[: k - m], z)
         w.append(rhs / (k + 1))
     return w
 
@@ -187,6 +188,53 @@ def real_problem(vector_field, y0, args):
     return w0, g, to_state
 
 
+def batched_problem(vector_field, y0, args):
+    """`(w0, g, to_state)` for a batch of trajectories along the last axis of every leaf
+    of `y0`: the ODE as `w' = g(t, w)` on real arrays `w` shaped `(n, B)` (the batch as the
+    minor axis, so that each operation of a Taylor pass runs over all trajectories at
+    once) and `t` shaped `(B,)`, and the map from such arrays back to states. Raises clear
+    errors for a bad `y0` or a vector field whose result is not shaped like the state."""
+    _check_state(y0)
+    leaves, tree = jax.tree.flatten(y0)
+    batch = {jnp.shape(leaf)[-1] if jnp.ndim(leaf) else None for leaf in leaves}
+    if len(batch) != 1 or None in batch:
+        raise ValueError(
+            "With `batch=True` every leaf of `y0` must end in the same axis of trajectories, "
+            f"got leaves of shapes {[jnp.shape(leaf) for leaf in leaves]}."
+        )
+    (size,) = batch
+    shapes = [jnp.shape(leaf)[:-1] for leaf in leaves]
+    dtypes = [jnp.result_type(leaf) for leaf in leaves]
+    dtype = jnp.result_type(*dtypes)
+    is_complex = jnp.issubdtype(dtype, np.complexfloating)
+    counts = [int(np.prod(shape, dtype=int)) for shape in shapes]
+    n = sum(counts)
+
+    def from_state(y):
+        v = jnp.concatenate(
+            [jnp.reshape(leaf, (-1, size)).astype(dtype) for leaf in jax.tree.leaves(y)], axis=0
+        )
+        return jnp.concatenate([jnp.real(v), jnp.imag(v)], axis=0) if is_complex else v
+
+    def to_state(w):
+        v = jax.lax.complex(w[:n], w[n:]) if is_complex else w
+        out, start = [], 0
+        for shape, count, leaf_dtype in zip(shapes, counts, dtypes):
+            part = v[start : start + count]
+            if is_complex and not jnp.issubdtype(leaf_dtype, np.complexfloating):
+                part = jnp.real(part)  # a real leaf of a complex state
+            out.append(jnp.reshape(part, (*shape, size)).astype(leaf_dtype))
+            start += count
+        return jax.tree.unflatten(tree, out)
+
+    field = _checked_field(vector_field, args, y0)
+
+    def g(t, w):
+        return from_state(field(t, to_state(w)))
+
+    return from_state(y0), g, to_state
+
+
 def check_time(t, dtype, name: str):
     """`t` as a real scalar of `dtype`, or a clear error naming the argument."""
     t = jnp.asarray(t)
@@ -206,13 +254,33 @@ def horner(c, h):
     return out
 
 
-def solution_series(g, t0, w0, order: int):
+def batched_jacobian(g):
+    """`(t, w) -> J`, the Jacobian of `g` for each trajectory of a batch `w` shaped `(n, B)`
+    (`J[i, j, b] = d g_i / d w_j` of trajectory b, shaped `(n, n, B)`): `g` maps the
+    trajectories apart, so one `jvp` along each basis vector, broadcast over the batch,
+    gives one column for every trajectory at once."""
+
+    def jac_g(t, w):
+        n = w.shape[0]
+        eye = jnp.eye(n, dtype=w.dtype).reshape((n, n) + (1,) * (w.ndim - 1))
+        basis = jnp.broadcast_to(eye, (n, *w.shape))
+        columns = jax.vmap(lambda e: jax.jvp(lambda u: g(t, u), (w,), (e,))[1])(basis)
+        return jnp.swapaxes(columns, 0, 1)
+
+    return jac_g
+
+
+def solution_series(g, t0, w0, order: int, batched: bool = False):
     """Coefficients `w_0..w_order` of the solution of `w' = g(t, w)` through `w(t0) = w0`,
-    stacked `(order + 1, n)`, by the sweeps of this module's docstring."""
+    stacked `(order + 1, n)`, by the sweeps of this module's docstring. `batched`: `w0`
+    is `(n, B)`, B trajectories along the minor axis that `g` maps apart, and `t0` their
+    times `(B,)`; the coefficients are then `(order + 1, n, B)`."""
 
     def jac_g(t, w):
         return jax.jacfwd(g, argnums=1)(t, w)
 
+    if batched:
+        jac_g = batched_jacobian(g)
     w = [w0]
     for top in _schedule(order):
         w = _sweep(g, jac_g, t0, w, top)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._coefficients import horner, real_problem, solution_series
+from ._coefficients import batched_problem, horner, real_problem, solution_series
 
 
 class Solution(NamedTuple):
@@ -29,7 +29,8 @@ class Solution(NamedTuple):
 
     - `ys`: the state at each of `ts`, a pytree like `y0` with leaves stacked
       `(len(ts), *leaf.shape)`; NaN at the times past where `max_steps` ran out.
-    - `steps`: the number of steps taken (an integer array; `max_steps` when it ran out).
+    - `steps`: the number of steps taken (an integer array; `max_steps` when it ran out;
+      one per trajectory with `batch=True`).
 
     !!! Example
 
@@ -61,7 +62,8 @@ def _two_sum(t, h, t_low):
 
 
 def _step_size(c, order: int):
-    """Jorba and Zou's step from the coefficients `c` of order `order` (see the module)."""
+    """Jorba and Zou's step from the coefficients `c` of order `order` (see the module):
+    `c` is `(order + 1, n)`, or `(order + 1, n, B)` for B trajectories, each its own step."""
     norms = jnp.max(jnp.abs(c), axis=1)
     scale = jnp.maximum(1.0, norms[0])
     tiny = jnp.finfo(c.dtype).tiny
@@ -73,9 +75,11 @@ def _step_size(c, order: int):
     return rho * math.exp(-2.0 - 0.7 / (order - 1))
 
 
-def _stepper(g, ts, order: int):
+def _stepper(g, ts, order: int, batched: bool = False):
     """One step from `(t, t_low, w)`: the next `(t, t_low, w)`, the step's polynomial at
-    every `ts` and which of `ts` lie inside the step; and the time left to `ts[-1]`."""
+    every `ts` and which of `ts` lie inside the step; and the time left to `ts[-1]`.
+    `batched`: `t`, `t_low` are `(B,)` and `w` is `(n, B)`, B trajectories stepping at
+    once, each with its own step (0 once it has reached `ts[-1]`)."""
     t_end = ts[-1]
     direction = jnp.where(t_end >= ts[0], 1.0, -1.0).astype(ts.dtype)
 
@@ -83,10 +87,10 @@ def _stepper(g, ts, order: int):
         return direction * ((t_end - t) - t_low)
 
     def step(t, t_low, w):
-        c = solution_series(g, t, w, order)
+        c = solution_series(g, t, w, order, batched)
         left = remaining(t, t_low)
         h = jnp.minimum(_step_size(c, order), left)
-        offsets = (ts - t) - t_low
+        offsets = (ts.reshape(ts.shape + (1,) * t.ndim) - t) - t_low
         inside = (direction * offsets > 0) & (direction * (offsets - direction * h) <= 0)
         values = jax.vmap(lambda d: horner(c, d))(offsets)
         # The time as an unevaluated sum `t + t_low` (two-sum): rounding `t + h` at every
@@ -99,9 +103,11 @@ def _stepper(g, ts, order: int):
     return step, remaining
 
 
-def _setup(vector_field, ts, y0, args, tol, order):
-    """The problem on one real vector: `(w0, g, to_state, ts, order)`, with clear errors."""
-    w0, g, to_state = real_problem(vector_field, y0, args)
+def _setup(vector_field, ts, y0, args, tol, order, batched: bool = False):
+    """The problem on one real vector (`(n, B)` arrays with `batched`): `(w0, g, to_state,
+    ts, order)`, with clear errors."""
+    problem = batched_problem if batched else real_problem
+    w0, g, to_state = problem(vector_field, y0, args)
     ts = jnp.asarray(ts)
     if ts.ndim != 1 or ts.shape[0] < 1 or jnp.issubdtype(ts.dtype, np.complexfloating):
         raise ValueError(
@@ -113,28 +119,34 @@ def _setup(vector_field, ts, y0, args, tol, order):
     return w0, g, to_state, ts, p
 
 
-def _march(step, remaining, ts, w0, max_steps: int, trail: bool = False):
+def _march(step, remaining, ts, w0, max_steps: int, trail: bool = False, batched: bool = False):
     """Step from `ts[0]` to `ts[-1]`: `(saved, steps)`, and with `trail` every step's
-    starting `(t, t_low, w)` stacked `(max_steps, ...)` for the reverse pass."""
+    starting `(t, t_low, w)` stacked `(max_steps, ...)` for the reverse pass. `batched`:
+    `w0` is `(n, B)`; the loop runs until every trajectory is done, and `steps` counts
+    each one's steps."""
     # NaN until a step covers the time: times never reached stay NaN.
-    saved = jnp.where((ts == ts[0])[:, None], w0, jnp.nan)
-    zero = jnp.zeros((), w0.dtype)
+    start = (ts == ts[0]).reshape(ts.shape + (1,) * w0.ndim)
+    saved = jnp.where(start, w0, jnp.nan)
+    batch = w0.shape[1:] if batched else ()
+    zero = jnp.zeros(batch, w0.dtype)
     shapes = ((), (), w0.shape)  # t, t_low, w
     trails = tuple(jnp.zeros((max_steps, *s), w0.dtype) for s in shapes) if trail else ()
 
     def cond(state):
         t, t_low, _w, _saved, steps, _trails = state
-        return (remaining(t, t_low) > 0) & (steps < max_steps)
+        return jnp.any(remaining(t, t_low) > 0) & (jnp.max(steps) < max_steps)
 
     def body(state):
         t, t_low, w, saved, steps, trails = state
         if trail:
             trails = tuple(b.at[steps].set(v) for b, v in zip(trails, (t, t_low, w)))
+        active = remaining(t, t_low) > 0
         t, t_low, w_next, values, inside = step(t, t_low, w)
-        saved = jnp.where(inside[:, None], values, saved)
-        return t, t_low, w_next, saved, steps + 1, trails
+        saved = jnp.where(jnp.expand_dims(inside, 1), values, saved)
+        return t, t_low, w_next, saved, steps + active.astype(jnp.int32), trails
 
-    state = (ts[0], zero, w0, saved, jnp.zeros((), jnp.int32), trails)
+    t0 = jnp.broadcast_to(ts[0], batch)
+    state = (t0, zero, w0, saved, jnp.zeros(batch, jnp.int32), trails)
     *_, saved, steps, trails = lax.while_loop(cond, body, state)
     return saved, steps, trails
 
@@ -241,6 +253,7 @@ def integrate(
     order: int | None = None,
     max_steps=100_000,
     gradients: str = "forward",
+    batch: bool = False,
 ) -> Callable:
     """Solve `y' = f(t, y, args)` with an adaptive Taylor method, saving at given times.
 
@@ -258,6 +271,14 @@ def integrate(
       adjoint, exact for the computed solution), keeping `max_steps` states of the size of
       `y0` while differentiating. JAX offers one mode per function here: a reverse-mode
       solve cannot be differentiated forward, nor the other way round.
+    - `batch`: many trajectories in one solve, the fast way on a CPU. Every leaf of `y0`
+      then ends in an axis of B trajectories, and `vector_field(t, y, args)` must map such
+      states trajectory by trajectory, with `t` a `(B,)` array of their times (a field
+      written with `y[0]`, `y[1]`, `jnp.stack` and elementwise functions does). Each
+      trajectory takes its own steps; `Solution.ys` leaves are `(len(ts), *leaf.shape)`
+      and `Solution.steps` is `(B,)`. The trajectories are the minor axis of every array
+      of the Taylor passes, which is 3-4x faster than `jax.vmap` of a solve on XLA:CPU
+      (docs/ODE.md). Forward-mode gradients only.
 
     **Returns:** a function `(ts, y0, args=None) -> Solution` where `ts` is a 1-D array of
     times in increasing or decreasing order, `ts[0]` the initial time, and `y0` the state
@@ -297,13 +318,20 @@ def integrate(
 
     if gradients not in ("forward", "reverse"):
         raise ValueError(f"`gradients` must be 'forward' or 'reverse', got {gradients!r}.")
+    if not isinstance(batch, bool):
+        raise TypeError(f"`batch` must be True or False, got {batch!r}.")
     if gradients == "reverse":
+        if batch:
+            raise ValueError(
+                "`batch=True` supports forward-mode gradients only: pass "
+                "`gradients='forward'`, or `jax.vmap` a reverse-mode solve over trajectories."
+            )
         return _reverse_solve(vector_field, tol, order, int(max_steps))
 
     def solve(ts, y0, args=None) -> Solution:
-        w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order)
-        step, remaining = _stepper(g, ts, p)
-        saved, steps, _ = _march(step, remaining, ts, w0, int(max_steps))
+        w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order, batch)
+        step, remaining = _stepper(g, ts, p, batch)
+        saved, steps, _ = _march(step, remaining, ts, w0, int(max_steps), batched=batch)
         return Solution(jax.vmap(to_state)(saved), steps)
 
     return solve
