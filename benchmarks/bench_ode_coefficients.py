@@ -1,19 +1,27 @@
 """Cost of an ODE solution's Taylor coefficients against the order: `taylax.ode.coefficients`.
 
-The right-hand side is the three-body problem in 3-D (18 numbers of state, G = 1, unit
-masses). Two ways to the coefficients `y_0..y_K`, both under `jax.jit(jax.vmap(...))` over
-a batch of initial states, float64:
+The right-hand side (`--field`) is the three-body problem in 3-D (`three_body`: 18 numbers
+of state, G = 1, unit masses) or the planar restricted three-body problem of the Arenstorf
+orbit (`restricted`: 4 numbers, `bench_ode_problems.arenstorf`, started near the
+Arenstorf orbit's initial state). Two ways to the coefficients `y_0..y_K`, both under
+`jax.jit(jax.vmap(...))` over a batch of initial states, float64:
 
 - `doubling`: `taylax.ode.coefficients` (Newton sweeps on the series, O(K^2));
 - `order by order`: the plain recurrence `y_{k+1} = F_k / (k + 1)`, one `taylax.jet` pass
   of order k per new coefficient (O(K^3)), the way that needs no Jacobian.
 
-Steady state: the minimum over 5 interleaved rounds in one process. First call: the
-first call's time (trace and compile), in the same process. The figures go to
-`benchmarks/results/ode_coefficients.md`.
+Steady state: the minimum over `--rounds` interleaved rounds in one process. First call:
+the first call's time (trace and compile), in the same process. The growth exponent
+between two orders is `log(time ratio) / log(order ratio)` (2 for time growing as K^2).
+The figures go to `benchmarks/results/ode_coefficients.md` (`three_body`) or
+`benchmarks/results/ode_coefficients_<field>_<batch>.md` (`..._no_baseline.md` with
+`--no-baseline`). `--pass` adds one `taylax.jet` pass of the field of order K - 1, the
+bulk of the doubling's last sweep: its growth is the pass's own.
 
     python benchmarks/bench_ode_coefficients.py                  # K = 10, 20, 40, 1,024 states
     python benchmarks/bench_ode_coefficients.py --orders 10,20 --batch 256
+    python benchmarks/bench_ode_coefficients.py --field restricted --batch 1 --rounds 50
+    python benchmarks/bench_ode_coefficients.py --field restricted --batch 256 --no-baseline --pass
 """
 
 from __future__ import annotations
@@ -24,12 +32,14 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
 import taylax  # noqa: E402
+from bench_ode_problems import ARENSTORF_Y0, arenstorf  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "ode_coefficients.md"
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def three_body(t, y, args):
@@ -73,28 +83,86 @@ def initial_states(batch: int):
     return y + 0.01 * jax.random.normal(key, (batch, 18))
 
 
-def measure(orders, batch: int, rounds: int = 5) -> list[dict]:
-    y0 = initial_states(batch)
+def restricted_states(batch: int):
+    """The Arenstorf orbit's initial state, and after the first moved by about 1e-3."""
+    key = jax.random.PRNGKey(0)
+    moves = 1e-3 * jax.random.normal(key, (batch, 4)).at[0].set(0.0)
+    return jnp.asarray(ARENSTORF_Y0) + moves
+
+
+FIELDS = {
+    "three_body": (three_body, "Three-body right-hand side (18 states)", initial_states),
+    "restricted": (
+        arenstorf,
+        "Restricted three-body right-hand side (Arenstorf, 4 states)",
+        restricted_states,
+    ),
+}
+
+
+def growth_exponent(orders, times) -> float:
+    """The least-squares slope of log(time) against log(K)."""
+    return float(np.polyfit(np.log(orders), np.log(times), 1)[0])
+
+
+def one_pass(vector_field, order):
+    """One `taylax.jet` pass of the field to `order` along a fixed polynomial: the unit of
+    which the doubling's last sweep, of order K - 1, is mostly made."""
+
+    def run(t0, y0):
+        t_terms = [jnp.ones_like(t0)] + [jnp.zeros_like(t0)] * (order - 1)
+        y_terms = [jnp.full_like(y0, 0.1 / (k + 1)) for k in range(order)]
+        f0, terms = taylax.jet(
+            lambda t, y: vector_field(t, y, None),
+            (t0, y0),
+            (t_terms, y_terms),
+            factorial_scaled=False,
+        )
+        return jnp.stack([f0, *terms])
+
+    return run
+
+
+def measure(
+    orders,
+    batch: int,
+    rounds: int = 5,
+    field: str = "three_body",
+    baseline: bool = True,
+    single_pass: bool = False,
+) -> list[dict]:
+    """Per order: the steady and first-call times of each way, and how well doubling and
+    order by order agree (`baseline=False`: without order by order, whose compilation
+    takes minutes; `single_pass`: also one pass of order K - 1, `one_pass`)."""
+    vector_field, _, states = FIELDS[field]
+    y0 = states(batch)
     t0 = jnp.zeros(())
     rows = []
     for order in orders:
         fns = {
             "doubling": jax.jit(
-                jax.vmap(lambda y, o=order: taylax.ode.coefficients(three_body, o)(t0, y))
-            ),
-            "order by order": jax.jit(
-                jax.vmap(lambda y, o=order: order_by_order(three_body, o)(t0, y))
+                jax.vmap(lambda y, o=order: taylax.ode.coefficients(vector_field, o)(t0, y))
             ),
         }
+        if baseline:
+            fns["order by order"] = jax.jit(
+                jax.vmap(lambda y, o=order: order_by_order(vector_field, o)(t0, y))
+            )
+        if single_pass:
+            fns["one pass of order K - 1"] = jax.jit(
+                jax.vmap(lambda y, o=order: one_pass(vector_field, o - 1)(t0, y))
+            )
         first, steady = {}, {name: [] for name in fns}
         for name, fn in fns.items():
             start = time.perf_counter()
             out = jax.block_until_ready(fn(y0))
             first[name] = time.perf_counter() - start
             fns[name] = (fn, out)
-        a, b = fns["doubling"][1], fns["order by order"][1]
-        scale = jnp.max(jnp.abs(b), axis=0)
-        agree = float(jnp.max(jnp.abs(a - b) / jnp.maximum(scale, 1e-300)))
+        agree = np.nan
+        if baseline:
+            a, b = fns["doubling"][1], fns["order by order"][1]
+            scale = jnp.max(jnp.abs(b), axis=0)
+            agree = float(jnp.max(jnp.abs(a - b) / jnp.maximum(scale, 1e-300)))
         for _ in range(rounds):
             for name, (fn, _out) in fns.items():
                 start = time.perf_counter()
@@ -112,26 +180,55 @@ def measure(orders, batch: int, rounds: int = 5) -> list[dict]:
     return rows
 
 
-def table(rows, batch: int) -> str:
+def table(rows, batch: int, field: str = "three_body", rounds: int = 5) -> str:
+    """The results file's text: one row per order (each way's time and its growth exponent
+    from the order before), and each way's exponent fitted over all orders."""
     base = rows[0]
+    ways = list(base["steady_ms"])
     orders = ",".join(str(row["order"]) for row in rows)
+    options = f"--orders {orders} --batch {batch}"
+    options += f" --field {field}" * (field != "three_body") + f" --rounds {rounds}" * (rounds != 5)
+    options += " --no-baseline" * ("order by order" not in ways)
+    options += " --pass" * ("one pass of order K - 1" in ways)
+    header = ["K", "doubling (ms)", "/ (K / K0)^2"]
+    for way in ways:
+        header += [f"{way} (ms)"] * (way != "doubling") + [f"{way}: exponent from the K before"]
+    header += [f"first call, {' / '.join(ways)} (s)", "largest relative difference"]
     lines = [
-        f"Three-body right-hand side, {batch} initial states, float64, "
+        f"{FIELDS[field][1]}, {batch} initial states, float64, "
         f"jax {jax.__version__}, {jax.devices()[0].device_kind}. Command: "
-        f"`python benchmarks/bench_ode_coefficients.py --orders {orders} --batch {batch}`.",
+        f"`python benchmarks/bench_ode_coefficients.py {options}`.",
         "",
-        "| K | doubling (ms) | / (K / K0)^2 | order by order (ms) | first call doubling / "
-        "order by order (s) | largest relative difference |",
-        "|---|---|---|---|---|---|",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
     ]
+    previous = None
     for row in rows:
         growth = row["steady_ms"]["doubling"] / base["steady_ms"]["doubling"]
         quad = (row["order"] / base["order"]) ** 2
-        lines.append(
-            f"| {row['order']} | {row['steady_ms']['doubling']:.2f} | {growth / quad:.2f} | "
-            f"{row['steady_ms']['order by order']:.2f} | {row['first_s']['doubling']:.1f} / "
-            f"{row['first_s']['order by order']:.1f} | {row['agree']:.1e} |"
+        cells = [str(row["order"]), f"{row['steady_ms']['doubling']:.3f}", f"{growth / quad:.2f}"]
+        for way in ways:
+            if way != "doubling":
+                cells.append(f"{row['steady_ms'][way]:.3f}")
+            exponent = ""
+            if previous is not None:
+                pair = [previous["steady_ms"][way], row["steady_ms"][way]]
+                exponent = f"{growth_exponent([previous['order'], row['order']], pair):.2f}"
+            cells.append(exponent)
+        cells.append(" / ".join(f"{row['first_s'][way]:.1f}" for way in ways))
+        cells.append(f"{row['agree']:.1e}" if np.isfinite(row["agree"]) else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+        previous = row
+    if len(rows) > 1:
+        ks = [row["order"] for row in rows]
+        fits = ", ".join(
+            f"{way} {growth_exponent(ks, [row['steady_ms'][way] for row in rows]):.2f}"
+            for way in ways
         )
+        lines += [
+            "",
+            f"Growth exponent over all K (least-squares slope of log time against log K): {fits}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -139,12 +236,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orders", default="10,20,40")
     parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--field", choices=sorted(FIELDS), default="three_body")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-baseline", action="store_true", help="without order by order")
+    parser.add_argument("--pass", action="store_true", help="also one pass of order K - 1")
     args = parser.parse_args()
-    rows = measure([int(k) for k in args.orders.split(",")], args.batch)
-    text = table(rows, args.batch)
+    orders = [int(k) for k in args.orders.split(",")]
+    rows = measure(
+        orders,
+        args.batch,
+        args.rounds,
+        args.field,
+        baseline=not args.no_baseline,
+        single_pass=getattr(args, "pass"),
+    )
+    text = table(rows, args.batch, args.field, args.rounds)
     print(text)
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(text)
+    name = (
+        "ode_coefficients.md"
+        if args.field == "three_body"
+        else f"ode_coefficients_{args.field}_{args.batch}{'_no_baseline' * args.no_baseline}.md"
+    )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / name).write_text(text)
 
 
 if __name__ == "__main__":
