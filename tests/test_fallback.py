@@ -16,7 +16,7 @@ import pytest
 
 import taylax
 from taylax._compat import jaxprs_in_params
-from taylax._fallback import fallback_p
+from taylax._fallback import fallback_p, is_overflow_safe
 
 ORDER = 40
 NEAR, FAR = np.float32(0.2), np.float32(-3.0)
@@ -146,12 +146,116 @@ def test_jvp_and_grad_through_the_fallback():
     _close(jax.vmap(grad)(jnp.asarray([FAR]))[0], 21, FAR, rtol=5e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="known: reverse mode through an overflowing pass")
 def test_grad_where_the_stretched_pass_overflows():
-    # The merge's zero cotangents meet the stretched pass's infinite intermediate values
-    # (0 * inf): NaN, although the value is representable. Kept failing until fixed.
+    # The stretched pass overflows from row 33: in reverse mode the zero cotangents of
+    # those rows met their infinite values (`0 * inf`) and made the gradient of row 20
+    # NaN, although it is representable (`taylax._fallback.overflow_safe`).
     grad = jax.grad(lambda t: taylax.derivatives(pole, ORDER)(t)[20])(NEAR)
     _close(grad, 21, NEAR, rtol=5e-4)
+    # Row 33 is the unscaled pass's: its gradient, order 34, the last one representable.
+    grad = jax.grad(lambda t: taylax.derivatives(pole, ORDER)(t)[33])(NEAR)
+    _close(grad, 34, NEAR, rtol=5e-4)
+
+
+def test_grad_under_vmap_where_the_stretched_pass_overflows():
+    # Either way round, near and far from the pole in one batch (one predicate for both).
+    grad = jax.grad(lambda t: taylax.derivatives(pole, ORDER)(t)[20])
+    points = jnp.asarray([NEAR, FAR])
+    per_point = jax.vmap(grad)(points)
+    through_vmap = jax.grad(
+        lambda ts: jax.vmap(taylax.derivatives(pole, ORDER))(ts, jnp.ones_like(ts))[:, 20].sum()
+    )(points)
+    for i, t in enumerate([NEAR, FAR]):
+        _close(per_point[i], 21, t, rtol=5e-4)
+        _close(through_vmap[i], 21, t, rtol=5e-4)
+
+
+def test_grad_of_an_overflowed_order_is_not_finite():
+    # Order 34 is representable but its derivative (order 35) is not; orders 35 and up
+    # overflow themselves. Their gradients are never a finite number.
+    for k in (34, 35, ORDER):
+        grad = jax.grad(lambda t, k=k: taylax.derivatives(pole, ORDER)(t)[k])(NEAR)
+        assert not np.isfinite(grad), (k, grad)
+
+
+def _narrow_peak(w, t, order):
+    """The first derivative of `1 / (1 + w t^2)` from a pass of `order`, whose derivatives
+    overflow past order 21 in float32 (about `k! 5^k` at w = 25)."""
+    return taylax.derivatives(lambda s: 1 / (1 + w * s**2), order)(t)[1]
+
+
+@pytest.mark.parametrize(
+    "dtype, order, rtol",
+    [
+        ("float32", 24, 1e-6),
+        ("float32", 28, 1e-6),
+        ("float32", 32, 1e-6),
+        ("float64", 200, 1e-13),
+        ("complex64", 28, 1e-6),
+    ],
+)
+def test_low_order_gradient_of_a_pass_whose_high_orders_overflow(dtype, order, rtol):
+    # The derivative of order 1 and its gradient with respect to `w` are those of a pass
+    # of order 2, which nothing overflows; the pass of `order` overflows its high orders.
+    # Before, the gradient was NaN from order 24 in float32 and at 200 in float64.
+    dtype = jnp.dtype(dtype)
+    real = jnp.finfo(dtype).dtype
+    w = jnp.asarray(25.0, real)
+    t = jnp.asarray(0.1 + (0.05j if dtype.kind == "c" else 0), dtype)
+    high = taylax.derivatives(lambda s: 1 / (1 + w * s**2), order)(t)
+    assert not np.isfinite(high[-1]), "the case must overflow its highest order"
+    low = _narrow_peak(w, t, 2)
+    np.testing.assert_allclose(_narrow_peak(w, t, order), low, rtol=rtol)
+    if dtype.kind == "c":
+        # The real and imaginary parts of the derivative, each differentiated in `w`.
+        for part in (jnp.real, jnp.imag):
+            grads = [
+                jax.grad(lambda w, k=k, part=part: part(_narrow_peak(w, t, k)))(w)
+                for k in (2, order)
+            ]
+            np.testing.assert_allclose(grads[1], grads[0], rtol=rtol)
+        return
+    grads = [jax.grad(lambda w, k=k: _narrow_peak(w, t, k))(w) for k in (2, order)]
+    assert np.isfinite(grads[1])
+    np.testing.assert_allclose(grads[1], grads[0], rtol=rtol)
+
+
+def test_float32_gradient_for_every_order_from_24_to_32():
+    # One vmapped gradient per order, each against the pass of order 2.
+    w = jnp.asarray([20.0, 25.0, 30.0], jnp.float32)
+    t = jnp.float32(0.1)
+    grad = jax.vmap(jax.grad(lambda w, k: _narrow_peak(w, t, k)), in_axes=(0, None))
+    low = grad(w, 2)
+    for k in range(24, 33):
+        np.testing.assert_allclose(grad(w, k), low, rtol=1e-6, err_msg=f"order {k}")
+
+
+def test_grad_through_vmap_of_a_pass_with_a_conditional():
+    # A conditional in the pass is in the linear map that `overflow_safe` evaluates; under
+    # `jax.grad` of `jax.vmap` JAX would batch it into a select with a `stop_gradient` on
+    # the tangents, which reverse mode cannot transpose: it is evaluated as a select.
+    def f(t):
+        def body(c, _):
+            c = jax.lax.cond(c > 0, lambda c: jnp.sin(c) + 0.5, lambda c: c * c, c)
+            return c, c
+
+        return jax.lax.cond(t > 0.5, jnp.exp, lambda t: jax.lax.scan(body, t, None, 2)[0], t)
+
+    d = taylax.derivatives(f, 13)
+    points = jnp.asarray([0.3, -0.2, 0.7], jnp.float32)
+    grad = jax.grad(lambda ts: jax.vmap(d)(ts, jnp.ones_like(ts))[:, 3].sum())(points)
+    # d/dt of order 3 is order 4, each point through its own branches.
+    np.testing.assert_allclose(grad, jax.vmap(d)(points, jnp.ones_like(points))[:, 4], rtol=2e-5)
+
+
+def test_both_passes_carry_the_overflow_safe_rule():
+    # The stretched pass and the unscaled one are each differentiated through
+    # `overflow_safe`, which a Taylor pass over them recognizes (and runs the pass itself).
+    closed = jax.make_jaxpr(taylax.derivatives(pole, ORDER))(NEAR)
+    rules = [
+        e.params["jvp_jaxpr_fun"] for e, _ in _equations(closed) if "jvp_jaxpr_fun" in e.params
+    ]
+    assert len(rules) == 2 and all(is_overflow_safe(r) for r in rules)
 
 
 def test_a_taylor_pass_over_the_fallback():

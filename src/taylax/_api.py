@@ -182,18 +182,14 @@ def _derivatives_program(order: int, unit: bool = False):
     def make(jaxpr):
         def program(consts, x_leaves, v_leaves):
             scale = _pass_scale(order, x_leaves)
-            args = (jaxpr, consts, x_leaves, v_leaves, order, unit)
-            stacks = _derivatives_pass(*args, scale)
-            if scale != 1.0:
-                stacks = with_unscaled_fallback(
-                    stacks,
-                    _guarded(
-                        lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, 1.0, exact=True)
-                    ),
-                    (list(consts), list(x_leaves), list(v_leaves)),
-                    first=1,
-                )
-            return stacks
+            if scale == 1.0:
+                return _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale)
+            return with_unscaled_fallback(
+                lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, scale),
+                _guarded(lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, 1.0, exact=True)),
+                (list(consts), list(x_leaves), list(v_leaves)),
+                first=1,
+            )
 
         return program
 
@@ -433,22 +429,22 @@ def _jet_program(order: int, factorial_scaled: bool):
             # a pass along `h` times the input series (see `derivative_scale`), merged
             # order by order with an unscaled pass where it overflows (`taylax._fallback`).
             scale = _pass_scale(order, primals)
-            primals_out, coeffs = _jet_pass(jaxpr, consts, primals, terms, order, scale, False)
-            if scale != 1.0 and order:
-                # The primals go with the terms: an overflowed high term reaches the
-                # stretched pass's primal through a product's zeros (`inf * 0`), and the
-                # fallback's primal is then the one to keep (as in `derivatives`).
-                def unscaled(ops):
-                    return _stacked(*_jet_pass(jaxpr, *ops, order, 1.0, True))
+            if scale == 1.0 or not order:
+                return _jet_pass(jaxpr, consts, primals, terms, order, scale, False)
 
-                stacks = with_unscaled_fallback(
-                    _stacked(primals_out, coeffs),
-                    _guarded(unscaled),
-                    (list(consts), list(primals), [list(ts) for ts in terms]),
-                    first=1,
-                )
-                primals_out, coeffs = [s[0] for s in stacks], [s[1:] for s in stacks]
-            return primals_out, coeffs
+            # The primals go with the terms: an overflowed high term reaches the stretched
+            # pass's primal through a product's zeros (`inf * 0`), and the fallback's
+            # primal is then the one to keep (as in `derivatives`).
+            def stacked(ops, scale, exact):
+                return _stacked(*_jet_pass(jaxpr, *ops, order, scale, exact))
+
+            stacks = with_unscaled_fallback(
+                lambda ops: stacked(ops, scale, False),
+                _guarded(lambda ops: stacked(ops, 1.0, True)),
+                (list(consts), list(primals), [list(ts) for ts in terms]),
+                first=1,
+            )
+            return [s[0] for s in stacks], [s[1:] for s in stacks]
 
         return program
 

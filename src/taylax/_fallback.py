@@ -16,10 +16,15 @@ of points, inside `taylax._point_chunks`): the second pass runs, batched, when a
 needs it, and each point keeps its own merge. Differentiated, the primitive is the
 plain conditional (as `taylax._point_chunks.chunked_call_p` is its pass), so reverse mode
 transposes ordinary JAX operations; a Taylor pass over it runs the conditional too.
+
+Each of the two passes is differentiated through `overflow_safe`: where a pass's higher
+rows overflow, reverse mode would otherwise meet their infinite values with the zero
+cotangents of the rows nobody reads (`0 * inf`) and make every gradient NaN.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -28,6 +33,7 @@ import numpy as np
 from jax import lax
 
 from . import _compat, _policy
+from ._count import iter_equations
 from ._series import derivative_scale
 
 fallback_p = _compat.Primitive("taylax_unscaled_fallback")
@@ -120,26 +126,167 @@ def _conditional(
     return lax.cond(finite, lambda args: list(args[0]), merge, (list(scaled), list(operands)))
 
 
-def with_unscaled_fallback(scaled: list, unscaled: Callable, operands, first: int) -> list:
-    """The derivatives `scaled` (from the pass along `h` times the direction, stacked
-    along a leading axis) merged order by order with `unscaled(operands)`'s (`merged`)
-    where they are not finite, from row `first` on: 1 where row 0 holds the primal, which
-    stays the scaled pass's where that is finite (both passes compute it, but XLA may
-    evaluate a long primal, float32 `lgamma`, a few ulps apart) and is the unscaled pass's
-    where not; 0 for derivative terms.
+def with_unscaled_fallback(scaled: Callable, unscaled: Callable, operands, first: int) -> list:
+    """The derivatives `scaled(operands)` (from the pass along `h` times the direction,
+    stacked along a leading axis) merged order by order with `unscaled(operands)`'s
+    (`merged`) where they are not finite, from row `first` on: 1 where row 0 holds the
+    primal, which stays the scaled pass's where that is finite (both passes compute it,
+    but XLA may evaluate a long primal, float32 `lgamma`, a few ulps apart) and is the
+    unscaled pass's where not; 0 for derivative terms.
 
     `unscaled` runs only when some scaled derivative is not finite (see the module
-    docstring). It is traced here, under the emission policy in force, and must be a
-    function of `operands` (a pytree of arrays) alone.
+    docstring). It is traced here, under the emission policy in force. Both are functions
+    of `operands` (a pytree of arrays) alone, differentiated through `overflow_safe`.
     """
-    scaled = list(scaled)
-    if not _inexact(scaled):
-        return scaled
+    stacks = overflow_safe(scaled)(operands)
+    if not _inexact(stacks):
+        return stacks
     leaves, tree = jax.tree.flatten(operands)
     leaves = [jnp.asarray(a) for a in leaves]
     avals = [jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)) for a in leaves]
-    closed = jax.make_jaxpr(lambda *ls: list(unscaled(jax.tree.unflatten(tree, ls))))(*avals)
-    return fallback_p.bind(*scaled, *leaves, unscaled=closed, first=first, n_scaled=len(scaled))
+    safe = overflow_safe(unscaled)
+    closed = jax.make_jaxpr(lambda *ls: safe(jax.tree.unflatten(tree, ls)))(*avals)
+    return fallback_p.bind(*stacks, *leaves, unscaled=closed, first=first, n_scaled=len(stacks))
+
+
+def overflow_safe(fun: Callable) -> Callable:
+    """`fun` (a pytree of arrays in, a list of arrays out: one Taylor pass) with a JVP
+    whose transpose reads no value that overflowed; the same function otherwise.
+
+    A Taylor pass is causal (row k of every value depends on rows `<= k` of its inputs),
+    but the transpose of its linearization is not: the cotangent of a low row sums the
+    cotangents of the higher rows times the values there, so a row that overflowed meets
+    the zero cotangent of a row nobody reads (`0 * inf` is NaN), and the gradient of a
+    representable derivative was NaN. Here the linear map reads its values (JAX's
+    residuals) with every non-finite one replaced by 1, and the tangent of an output
+    that is not finite is NaN (a nonzero cotangent there comes out infinite). A tangent
+    that reads a non-finite value belongs to such an output: series arithmetic divides by
+    the primal row only, and a select does not read the branch it drops. So every other
+    tangent and cotangent is exactly `fun`'s, and only the derivative rule differs: the
+    primal outputs and the forward program are `fun`'s.
+    """
+
+    def flat(*leaves, tree):
+        return list(fun(jax.tree.unflatten(tree, leaves)))
+
+    def call(operands):
+        leaves, tree = jax.tree.flatten(operands)
+        safe = jax.custom_jvp(functools.partial(flat, tree=tree))
+        safe.defjvp(functools.partial(_overflow_safe_jvp, functools.partial(flat, tree=tree)))
+        return safe(*leaves)
+
+    return call
+
+
+def is_overflow_safe(jvp_jaxpr_fun) -> bool:
+    """Whether a `custom_jvp_call`'s rule (its `jvp_jaxpr_fun` parameter) is
+    `overflow_safe`'s: a Taylor pass over it may run the wrapped pass itself, since forward
+    mode never meets an overflowed row with a zero cotangent."""
+    key = _compat.custom_jvp_rule_key(jvp_jaxpr_fun)
+    rule = key[1] if key is not None else None
+    return isinstance(rule, functools.partial) and rule.func is _overflow_safe_jvp
+
+
+def _overflow_safe_jvp(fun: Callable, primals, tangents):
+    primals = list(primals)
+    # Integer arguments (closed-over indices) have no tangent: the map is over the others.
+    diff = [i for i, p in enumerate(primals) if jnp.issubdtype(jnp.result_type(p), jnp.inexact)]
+
+    def of_inexact(*xs):
+        args = list(primals)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return fun(*args)
+
+    outs, linear = jax.linearize(of_inexact, *[primals[i] for i in diff])
+    t_in = [tangents[i] for i in diff]
+    avals = [jax.ShapeDtypeStruct(np.shape(t), jnp.result_type(t)) for t in t_in]
+    # The linear map's program, its residuals made explicit inputs.
+    closed, residuals = _compat.consts_to_invars(jax.make_jaxpr(linear)(*avals))
+    # 1, not 0: a residual may be a divisor, and `0 / 1` keeps a zero cotangent 0.
+    clean = [
+        jnp.where(jnp.isfinite(r), r, jnp.ones_like(r))
+        if jnp.issubdtype(jnp.result_type(r), jnp.inexact)
+        else r
+        for r in residuals
+    ]
+    t_out = []
+    for y, t in zip(outs, _run_linear(closed, [*clean, *t_in])):
+        if not jnp.issubdtype(jnp.result_type(y), jnp.inexact):
+            t_out.append(t)
+            continue
+        ok = jnp.isfinite(y)
+        # Forward: NaN. Reverse: a zero cotangent stays 0 and any other becomes infinite:
+        # three factors of the dtype's largest value, run-time values that XLA cannot fold
+        # into one infinite factor (which would make `0 * inf` again).
+        big = jnp.where(ok, 0, jnp.finfo(t.dtype).max).astype(t.dtype)
+        unknown = jnp.where(ok, jnp.zeros_like(t), t) * big * big * big + jnp.nan
+        t_out.append(jnp.where(ok, t, unknown))
+    return outs, t_out
+
+
+def _run_linear(closed, args: list) -> list:
+    """The linear map `closed` on `args`, each conditional in it as a select of all its
+    branches. JAX batches a conditional whose index varies so, but puts a `stop_gradient`
+    on the operands, which reverse mode cannot transpose when they are tangents (here they
+    are: this is a JVP rule, and `jax.vmap` batches the program it is traced into)."""
+    if not any(e.primitive is _compat.cond_p for e in iter_equations(closed)):
+        return list(_compat.jaxpr_as_fun(closed)(*args))
+    jaxpr, consts = _compat.closed_parts(closed)
+    return _selected(jaxpr, list(consts), args)
+
+
+def _selected(jaxpr, consts: list, args: list) -> list:
+    """`jaxpr` on `consts` and `args`, with conditionals as selects, inside `jit` calls and
+    `scan` bodies too."""
+    env = {}
+    constvars, invars = _compat.input_vars(jaxpr, len(consts))
+
+    def read(v):
+        return v.val if isinstance(v, _compat.Literal) else env[v]
+
+    env.update(zip(constvars, consts))
+    env.update(zip(invars, args))
+    for eqn in jaxpr.eqns:
+        ins = [read(v) for v in eqn.invars]
+        if eqn.primitive is _compat.cond_p:
+            index, *ops = ins
+            per_branch = []
+            for i, branch in enumerate(eqn.params["branches"]):
+                # Each branch reads its operands only where it is taken: the cotangents of a
+                # branch not taken (NaN where it divides by its zero residuals) stop here.
+                taken = index == i
+                masked = [jnp.where(taken, x, jnp.zeros_like(x)) for x in ops]
+                per_branch.append(_selected(*_compat.closed_parts(branch), masked))
+            outs = [lax.select_n(index, *cases) for cases in zip(*per_branch)]
+        elif eqn.primitive is _compat.jit_p:
+            outs = _selected(*_compat.closed_parts(eqn.params["jaxpr"]), ins)
+        elif eqn.primitive is _compat.scan_p:
+            outs = _scan_selected(eqn.params, ins)
+        else:
+            outs = _compat.bind_equation(eqn, ins)
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        env.update(zip(eqn.outvars, outs))
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _scan_selected(params, ins: list) -> list:
+    num_consts, num_carry = _compat.scan_split(params)
+    consts, init, xs = (
+        ins[:num_consts],
+        ins[num_consts : num_consts + num_carry],
+        ins[num_consts + num_carry :],
+    )
+    body_jaxpr, body_consts = _compat.closed_parts(params["jaxpr"])
+
+    def body(carry, x):
+        outs = _selected(body_jaxpr, list(body_consts), [*consts, *carry, *x])
+        return outs[:num_carry], outs[num_carry:]
+
+    carry, ys = lax.scan(
+        body, init, xs, length=params["length"], reverse=params["reverse"], unroll=params["unroll"]
+    )
+    return [*carry, *ys]
 
 
 def _run(closed):
