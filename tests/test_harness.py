@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import jax
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,10 +137,16 @@ def _sibling_imports(path: Path) -> list[tuple[str, str]]:
 def test_benchmark_scripts_import_and_find_their_siblings_names(script):
     # `make bench` is not part of CI: a script whose sibling lost a name (gpu_check's
     # `steady_ms`, once) failed only when someone ran it.
+    # Scripts set JAX's configuration when imported (bench_float32 turns x64 off): it is
+    # restored, or the tests that run after this one in the same worker would see it.
     path = ROOT / "benchmarks" / script
-    module = importlib.import_module(path.stem)
-    assert module.__doc__, f"{script} has no docstring saying what it measures"
-    for sibling, name in _sibling_imports(path):
-        assert hasattr(importlib.import_module(sibling), name), (
-            f"{script} imports `{name}` from {sibling}.py, which does not define it."
-        )
+    x64 = jax.config.jax_enable_x64
+    try:
+        module = importlib.import_module(path.stem)
+        assert module.__doc__, f"{script} has no docstring saying what it measures"
+        for sibling, name in _sibling_imports(path):
+            assert hasattr(importlib.import_module(sibling), name), (
+                f"{script} imports `{name}` from {sibling}.py, which does not define it."
+            )
+    finally:
+        jax.config.update("jax_enable_x64", x64)
