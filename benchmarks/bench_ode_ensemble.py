@@ -82,6 +82,18 @@ def run_taylax(y0s, tol, t_end, batch: bool = False):
     return elapsed, first, np.asarray(sol.steps), *errors(y_end, y0s)
 
 
+def heyoka_chunks(template, padded, lanes: int) -> list:
+    """Fresh copies of heyoka's batch integrator `template` at time 0, one per `lanes`
+    rows of `padded` (initial states, a multiple of `lanes` rows)."""
+    chunks = []
+    for i in range(0, len(padded), lanes):
+        ta = copy.deepcopy(template)
+        ta.set_time(np.zeros(lanes))
+        ta.state[:] = padded[i : i + lanes].T
+        chunks.append(ta)
+    return chunks
+
+
 def run_heyoka(y0s, tol, t_end, lanes):
     import heyoka as hy
 
@@ -93,12 +105,7 @@ def run_heyoka(y0s, tol, t_end, lanes):
     begin = time.perf_counter()
     template = hy.taylor_adaptive_batch(system, np.ascontiguousarray(padded[:lanes].T), tol=tol)
     first = time.perf_counter() - begin
-    chunks = []
-    for i in range(0, len(padded), lanes):
-        ta = copy.deepcopy(template)
-        ta.set_time(np.zeros(lanes))
-        ta.state[:] = padded[i : i + lanes].T
-        chunks.append(ta)
+    chunks = heyoka_chunks(template, padded, lanes)
     ends, steps = [], []
     begin = time.perf_counter()
     for ta in chunks:

@@ -60,6 +60,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import taylax  # noqa: E402
+from bench_ode_ensemble import heyoka_chunks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -481,13 +482,7 @@ def run_ensemble(problem: Problem, y0s: np.ndarray, tol: float, repeats: int, la
     first = time.perf_counter() - begin
 
     def fresh():
-        chunks = []
-        for i in range(0, len(padded), lanes):
-            ta = copy.deepcopy(template)
-            ta.set_time(np.zeros(lanes))
-            ta.state[:] = padded[i : i + lanes].T
-            chunks.append(ta)
-        return chunks
+        return heyoka_chunks(template, padded, lanes)
 
     def propagate(chunks):
         for ta in chunks:

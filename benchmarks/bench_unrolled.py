@@ -135,7 +135,10 @@ def main(argv=None) -> int:
     parser.add_argument("--policy", default="cpu")
     parser.add_argument("--fusion-cut", type=int, default=None, help="override `fusion_cut`")
     parser.add_argument(
-        "--set", nargs="*", default=[], help="FIELD=VALUE policy changes (integers or None)"
+        "--set",
+        nargs="*",
+        default=[],
+        help="FIELD=VALUE policy changes (integers, None, True or False)",
     )
     parser.add_argument("--no-jet", action="store_true", help="time taylax alone")
     parser.add_argument(
@@ -149,10 +152,11 @@ def main(argv=None) -> int:
         name = f"{policy.name}-cut{args.fusion_cut}"
         policy = dataclasses.replace(policy, name=name, fusion_cut=args.fusion_cut)
     if args.set:
-        changes = {
-            k: None if v == "None" else int(v) for k, v in (item.split("=") for item in args.set)
-        }
-        policy = dataclasses.replace(policy, name=f"{policy.name}+{args.set}", **changes)
+        from policy_ab import parse_set
+
+        policy = dataclasses.replace(
+            policy, name=f"{policy.name}+{args.set}", **parse_set(args.set)
+        )
     budget = (args.calls, args.rounds)
     slow: dict[str, set] = {"taylax": set(), "jet": set()}  # (program, mode, K) past SKIP_MS
     if args.no_jet:

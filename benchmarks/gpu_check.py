@@ -80,15 +80,15 @@ def all_variants() -> dict[str, taylax.EmissionPolicy]:
     with that and products past order 4 as shifted sums of stacks
     (`gpu-stacked-products`: the GPU policy before 2026-11-28); and the CPU's."""
     looped = dict(unroll_max_order=8, unroll_low_degree_max_order=32, polynomial_rows_max_order=1)
-    stack_scaled = dict(output_rows_apart_min_order=None)
+    rows_fused = dict(output_rows_apart_min_order=None)
     stacked_products = dict(product_rows_max_order=4, stacked_product_rows_max_order=4)
     gpu = taylax.GPU
     return {
         "gpu-marked": dataclasses.replace(
-            gpu, name="gpu-marked", mark_values=True, **looped, **stack_scaled, **stacked_products
+            gpu, name="gpu-marked", mark_values=True, **looped, **rows_fused, **stacked_products
         ),
         "gpu-nomark": dataclasses.replace(
-            gpu, name="gpu-nomark", **looped, **stack_scaled, **stacked_products
+            gpu, name="gpu-nomark", **looped, **rows_fused, **stacked_products
         ),
         "gpu-unrolled": gpu,
         "gpu-tanh-stacked": dataclasses.replace(
@@ -99,9 +99,9 @@ def all_variants() -> dict[str, taylax.EmissionPolicy]:
         "gpu-rows": dataclasses.replace(
             gpu, name="gpu-rows", rows_max_order=32, polynomial_rows_max_order=32
         ),
-        "gpu-output-fused": dataclasses.replace(gpu, name="gpu-output-fused", **stack_scaled),
+        "gpu-output-fused": dataclasses.replace(gpu, name="gpu-output-fused", **rows_fused),
         "gpu-stacked-products": dataclasses.replace(
-            gpu, name="gpu-stacked-products", **stack_scaled, **stacked_products
+            gpu, name="gpu-stacked-products", **rows_fused, **stacked_products
         ),
         "cpu": taylax.CPU,
     }

@@ -39,7 +39,8 @@ def policies(base: str, changes: dict):
     return {"base": start, "changed": dataclasses.replace(start, name="changed", **changes)}
 
 
-def _parse_set(items) -> dict:
+def parse_set(items) -> dict:
+    """`FIELD=VALUE` strings as policy changes: integers, None, True or False."""
     out = {}
     for item in items or []:
         key, _, value = item.partition("=")
@@ -184,7 +185,7 @@ def main(argv=None) -> int:
 
     jax.config.update("jax_enable_x64", True)
     sys.path.insert(0, str(HERE))
-    changes = _parse_set(args.set)
+    changes = parse_set(args.set)
     pols = policies(args.base, changes)
     print(f"# {args.base} against {changes}; jax {jax.__version__}, {jax.devices()[0].device_kind}")
     if "chains" in args.parts:

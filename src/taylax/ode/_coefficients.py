@@ -276,11 +276,7 @@ def solution_series(g, t0, w0, order: int, batched: bool = False):
     is `(n, B)`, B trajectories along the minor axis that `g` maps apart, and `t0` their
     times `(B,)`; the coefficients are then `(order + 1, n, B)`."""
 
-    def jac_g(t, w):
-        return jax.jacfwd(g, argnums=1)(t, w)
-
-    if batched:
-        jac_g = batched_jacobian(g)
+    jac_g = batched_jacobian(g) if batched else jax.jacfwd(g, argnums=1)
     w = [w0]
     for top in _schedule(order):
         w = _sweep(g, jac_g, t0, w, top)
