@@ -22,15 +22,23 @@ import numpy as np
 from jax import lax
 
 from ._coefficients import batched_problem, horner, real_problem, solution_series
+from ._events import Events, check_event
 
 
 class Solution(NamedTuple):
     """What `taylax.ode.integrate` returns.
 
     - `ys`: the state at each of `ts`, a pytree like `y0` with leaves stacked
-      `(len(ts), *leaf.shape)`; NaN at the times past where `max_steps` ran out.
+      `(len(ts), *leaf.shape)`; NaN at the times past where `max_steps` ran out, and past
+      the event's time when it fired.
     - `steps`: the number of steps taken (an integer array; `max_steps` when it ran out;
-      one per trajectory with `batch=True`).
+      one per trajectory with `batch=True`), the step the event fired in included.
+    - `t_event`: the time the event fired at (NaN where it did not fire), a scalar (`(B,)`
+      with `batch=True`); None without an `event`.
+    - `y_event`: the state at `t_event`, a pytree like `y0` (NaN where the event did not
+      fire); None without an `event`.
+    - `event_happened`: whether the event fired, a boolean scalar (`(B,)` with
+      `batch=True`); None without an `event`.
 
     !!! Example
 
@@ -45,6 +53,9 @@ class Solution(NamedTuple):
 
     ys: object
     steps: jax.Array
+    t_event: jax.Array | None = None
+    y_event: object = None
+    event_happened: jax.Array | None = None
 
 
 def taylor_order(tol: float) -> int:
@@ -77,7 +88,8 @@ def _step_size(c, order: int):
 
 def _stepper(g, ts, order: int, batched: bool = False):
     """One step from `(t, t_low, w)`: the next `(t, t_low, w)`, the step's polynomial at
-    every `ts` and which of `ts` lie inside the step; and the time left to `ts[-1]`.
+    every `ts`, which of `ts` lie inside the step, the step's coefficients `c` and its size
+    `h >= 0`; and the time left to `ts[-1]`.
     `batched`: `t`, `t_low` are `(B,)` and `w` is `(n, B)`, B trajectories stepping at
     once, each with its own step (0 once it has reached `ts[-1]`)."""
     t_end = ts[-1]
@@ -96,9 +108,9 @@ def _stepper(g, ts, order: int, batched: bool = False):
         # The time as an unevaluated sum `t + t_low` (two-sum): rounding `t + h` at every
         # step would drift the time by up to an ulp of `t` per step.
         last = h >= left
-        t_next, t_low = _two_sum(t, direction * h, t_low)
-        t_next, t_low = jnp.where(last, t_end, t_next), jnp.where(last, 0, t_low)
-        return t_next, t_low, horner(c, direction * h), values, inside
+        t_next, t_low_next = _two_sum(t, direction * h, t_low)
+        t_next, t_low_next = jnp.where(last, t_end, t_next), jnp.where(last, 0, t_low_next)
+        return t_next, t_low_next, horner(c, direction * h), values, inside, c, h
 
     return step, remaining
 
@@ -119,11 +131,25 @@ def _setup(vector_field, ts, y0, args, tol, order, batched: bool = False):
     return w0, g, to_state, ts, p
 
 
-def _march(step, remaining, ts, w0, max_steps: int, trail: bool = False, batched: bool = False):
-    """Step from `ts[0]` to `ts[-1]`: `(saved, steps)`, and with `trail` every step's
-    starting `(t, t_low, w)` stacked `(max_steps, ...)` for the reverse pass. `batched`:
-    `w0` is `(n, B)`; the loop runs until every trajectory is done, and `steps` counts
-    each one's steps."""
+def _march(
+    step,
+    remaining,
+    ts,
+    w0,
+    max_steps: int,
+    trail: bool = False,
+    batched: bool = False,
+    events: Events | None = None,
+    field=None,
+    order: int = 0,
+):
+    """Step from `ts[0]` to `ts[-1]`: `(saved, steps, trails, (t, t_low, watch))`. With
+    `trail`, `trails` holds every step's starting `(t, t_low, w)` stacked
+    `(max_steps, ...)` for the reverse pass. `batched`: `w0` is `(n, B)`; the loop runs
+    until every trajectory is done, and `steps` counts each one's steps. With `events`
+    (for steps of order `order` of the ODE `w' = field(t, w)`), a trajectory whose event
+    fires in a step stays at that step's start, its times in the step unsaved:
+    `events.finish` locates the root there from `watch` and the last `(t, t_low)`."""
     # NaN until a step covers the time: times never reached stay NaN.
     start = (ts == ts[0]).reshape(ts.shape + (1,) * w0.ndim)
     saved = jnp.where(start, w0, jnp.nan)
@@ -131,24 +157,37 @@ def _march(step, remaining, ts, w0, max_steps: int, trail: bool = False, batched
     zero = jnp.zeros(batch, w0.dtype)
     shapes = ((), (), w0.shape)  # t, t_low, w
     trails = tuple(jnp.zeros((max_steps, *s), w0.dtype) for s in shapes) if trail else ()
+    t0 = jnp.broadcast_to(ts[0], batch)
+    watch = events.start(field, t0, w0, order) if events is not None else None
+
+    def running(t, t_low, watch):
+        going = remaining(t, t_low) > 0
+        return going if watch is None else going & ~watch.fired
 
     def cond(state):
-        t, t_low, _w, _saved, steps, _trails = state
-        return jnp.any(remaining(t, t_low) > 0) & (jnp.max(steps) < max_steps)
+        t, t_low, _w, _saved, steps, _trails, watch = state
+        return jnp.any(running(t, t_low, watch)) & (jnp.max(steps) < max_steps)
 
     def body(state):
-        t, t_low, w, saved, steps, trails = state
+        t, t_low, w, saved, steps, trails, watch = state
         if trail:
             trails = tuple(b.at[steps].set(v) for b, v in zip(trails, (t, t_low, w)))
-        active = remaining(t, t_low) > 0
-        t, t_low, w_next, values, inside = step(t, t_low, w)
+        active = running(t, t_low, watch)
+        t_next, low_next, w_next, values, inside, c, h = step(t, t_low, w)
+        if watch is not None:
+            watch = events.watch(watch, active, t, t_low, c, h)
+            stop = watch.fired
+            t_next = jnp.where(stop, t, t_next)
+            low_next = jnp.where(stop, t_low, low_next)
+            w_next = jnp.where(stop, w, w_next)
+            inside = inside & ~stop
         saved = jnp.where(jnp.expand_dims(inside, 1), values, saved)
-        return t, t_low, w_next, saved, steps + active.astype(jnp.int32), trails
+        steps = steps + active.astype(jnp.int32)
+        return t_next, low_next, w_next, saved, steps, trails, watch
 
-    t0 = jnp.broadcast_to(ts[0], batch)
-    state = (t0, zero, w0, saved, jnp.zeros(batch, jnp.int32), trails)
-    *_, saved, steps, trails = lax.while_loop(cond, body, state)
-    return saved, steps, trails
+    state = (t0, zero, w0, saved, jnp.zeros(batch, jnp.int32), trails, watch)
+    t, t_low, _, saved, steps, trails, watch = lax.while_loop(cond, body, state)
+    return saved, steps, trails, (t, t_low, watch)
 
 
 def _reverse_solve(vector_field, tol, order, max_steps: int):
@@ -183,12 +222,12 @@ def _reverse_solve(vector_field, tol, order, max_steps: int):
         @jax.custom_vjp
         def run(ts, w0, diff_leaves):
             step, remaining = pieces(ts, rebuild(diff_leaves), y_like, p)
-            saved, steps, _ = _march(step, remaining, ts, w0, max_steps)
+            saved, steps, _, _ = _march(step, remaining, ts, w0, max_steps)
             return saved, steps
 
         def run_fwd(ts, w0, diff_leaves):
             step, remaining = pieces(ts, rebuild(diff_leaves), y_like, p)
-            saved, steps, trails = _march(step, remaining, ts, w0, max_steps, trail=True)
+            saved, steps, trails, _ = _march(step, remaining, ts, w0, max_steps, trail=True)
             return (saved, steps), (ts, w0, diff_leaves, steps, trails)
 
         def run_bwd(residuals, cotangents):
@@ -205,7 +244,7 @@ def _reverse_solve(vector_field, tol, order, max_steps: int):
                 t, t_low, w = t_trail[i], low_trail[i], w_trail[i]
 
                 def moved(ts, leaves, t, t_low, w):
-                    *out, inside = one_step(ts, leaves, t, t_low, w)
+                    *out, inside, _c, _h = one_step(ts, leaves, t, t_low, w)
                     return tuple(out), inside
 
                 _, vjp, inside = jax.vjp(moved, ts, diff_leaves, t, t_low, w, has_aux=True)
@@ -254,6 +293,8 @@ def integrate(
     max_steps=100_000,
     gradients: str = "forward",
     batch: bool = False,
+    event: Callable | None = None,
+    event_direction: int = 0,
 ) -> Callable:
     """Solve `y' = f(t, y, args)` with an adaptive Taylor method, saving at given times.
 
@@ -278,13 +319,26 @@ def integrate(
       trajectory takes its own steps; `Solution.ys` leaves are `(len(ts), *leaf.shape)`
       and `Solution.steps` is `(B,)`. The trajectories are the minor axis of every array
       of the Taylor passes, which is 3-4x faster than `jax.vmap` of a solve on XLA:CPU
-      (docs/ODE.md). Forward-mode gradients only.
+      (docs/ODE.md). Forward-mode gradients only. `event` then returns one number per
+      trajectory, a `(B,)` array, and each trajectory stops at its own event.
+    - `event`: a terminating event, `event(t, y, args) -> real scalar` (as heyoka's
+      terminal events and diffrax's `Event`): the integration stops at the first time
+      after `ts[0]` where `event` changes sign along the solution (or reaches zero from
+      either side), and `Solution` reports that time and state. A zero at `ts[0]` itself
+      is not an event: the sign `event` takes just after `ts[0]` counts (a ball thrown up
+      from the ground lands). The saved times after the event stay NaN. Forward-mode gradients
+      only: the event time's derivative follows the implicit function theorem.
+    - `event_direction`: which crossings fire the event: `1` where `event` goes up through
+      zero as time increases, `-1` down, `0` (default) either (heyoka's convention, also
+      when integrating backwards in time).
 
     **Returns:** a function `(ts, y0, args=None) -> Solution` where `ts` is a 1-D array of
     times in increasing or decreasing order, `ts[0]` the initial time, and `y0` the state
     there (any pytree of floating-point or complex arrays). `Solution.ys` holds the state at
     every `ts` (leaves stacked `(len(ts), *leaf.shape)`), `Solution.steps` the number of
-    steps. It works under `jax.jit`, `jax.vmap` (the batch steps until all are done) and
+    steps, and with an `event` `Solution.t_event`, `y_event` and `event_happened` (NaN,
+    NaN and False where it did not fire). It works under `jax.jit`, `jax.vmap` (the batch
+    steps until all are done; each trajectory stops at its own event) and
     differentiation with respect to `ts`, `y0` and the floating-point arrays in `args`
     (see `gradients`). Times outside the interval from `ts[0]` to `ts[-1]` stay NaN.
 
@@ -293,6 +347,21 @@ def integrate(
     `h = rho / e^2 exp(-0.7 / (p - 1))`, `rho` their radius of convergence estimate) keeps
     the truncation error near `tol`; the next state is `sum_k y_k h^k`, and a saved time
     inside the step is the same polynomial there.
+
+    Events: along a step of size `h` from `(t, y)` the event function is
+    `g(s) = event(t + s, sum_k y_k s^k, args)`, one Horner evaluation and one call of
+    `event` at any `s` in `[0, h]`. Each step evaluates `g` at `h/4, h/2, 3h/4` and `h`, and
+    the first quarter whose ends have crossed zero holds the event (so two roots within
+    one quarter of a step are missed: heyoka isolates all roots of `g`'s Taylor
+    polynomial, which this does not). After the loop that quarter is bisected on the
+    step's polynomial down to the dtype's last bit (`nmant + 3` halvings, 55 in float64):
+    this runs once per solve, costs less than a step, and cannot fail where Newton's
+    method could (a flat `g`, a tangential root, a step out of the bracket). Its derivative
+    is not the bisection's: the root `s*` is returned as
+    `s* - (g(s*) - stop_gradient(g(s*))) / g'(s*)`, whose value is `s*` and whose tangent is
+    the implicit function theorem's `-(dg/dp) / g'(s*)` (`g'` by `jax.jvp` along the
+    polynomial), so `jax.jacfwd` of `t_event` is `dt*/dp = -(dG/dp) / (dG/dt)` along the
+    computed solution.
 
     !!! Example
 
@@ -305,6 +374,12 @@ def integrate(
         ts = jnp.linspace(0.0, 10.0, 5)
         sol = taylax.ode.integrate(field)(ts, jnp.array([1.0, 0.0]))
         # sol.ys[:, 0] == cos(ts) to about 1e-15
+
+        # The first time y[0] = cos(t) falls through zero: pi / 2. The saved times after
+        # it stay NaN.
+        stop = taylax.ode.integrate(field, event=lambda t, y, args: y[0], event_direction=-1)
+        sol = stop(ts, jnp.array([1.0, 0.0]))
+        # sol.t_event == pi / 2, sol.y_event == [0, -1], sol.event_happened == True
         ```
     """
     if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
@@ -320,6 +395,12 @@ def integrate(
         raise ValueError(f"`gradients` must be 'forward' or 'reverse', got {gradients!r}.")
     if not isinstance(batch, bool):
         raise TypeError(f"`batch` must be True or False, got {batch!r}.")
+    check_event(event, event_direction)
+    if gradients == "reverse" and event is not None:
+        raise ValueError(
+            "`event` supports forward-mode gradients only: pass `gradients='forward'` (the "
+            "default) and differentiate with `jax.jacfwd` or `jax.jvp`."
+        )
     if gradients == "reverse":
         if batch:
             raise ValueError(
@@ -331,7 +412,16 @@ def integrate(
     def solve(ts, y0, args=None) -> Solution:
         w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order, batch)
         step, remaining = _stepper(g, ts, p, batch)
-        saved, steps, _ = _march(step, remaining, ts, w0, int(max_steps), batched=batch)
-        return Solution(jax.vmap(to_state)(saved), steps)
+        events = None
+        if event is not None:
+            events = Events(event, event_direction, args, to_state, ts, w0.dtype, batch)
+        saved, steps, _, (t, t_low, watch) = _march(
+            step, remaining, ts, w0, int(max_steps), batched=batch, events=events, field=g, order=p
+        )
+        if events is None:
+            return Solution(jax.vmap(to_state)(saved), steps)
+        saved, t_event, w_event = events.finish(watch, t, t_low, ts, saved)
+        ys = jax.vmap(to_state)(saved)
+        return Solution(ys, steps, t_event, to_state(w_event), watch.fired)
 
     return solve
