@@ -1,12 +1,13 @@
 """An overflow at a high order stays at the orders that overflow: every order below the
 first whose true value leaves the dtype's range is finite and right (against mpmath), in
-every dtype, through `derivatives` and `jet` under every platform's policy, and through
-`taylor` with the policy's `guarded_products` on.
+every dtype, through `derivatives`, `jet` and `taylor` under every platform's policy
+(`taylor` in the compact form with the policy's `guarded_products` on), and so are the
+gradients of those orders.
 
 Before, a product's padding zeros met the overflowed coefficients of one factor
 (`inf * 0`) and put NaN in every row below them, the primal too (`taylax._series`'s
-`shifted_sum` and the Toeplitz dot of scalar products). `derivatives` and `jet` run
-their unscaled fallback guarded.
+`shifted_sum`, which now selects its padding, and the Toeplitz dot of scalar products,
+guarded by the policy). `derivatives` and `jet` run their unscaled fallback guarded.
 
 The case: `h(t) = (1 / (t - c)) e^t` at `t0 = c + r`, a pole at distance `r` chosen per dtype
 so that the coefficients overflow at about 60% of the order. Its normalized coefficients
@@ -16,6 +17,7 @@ are `y_k = e^t0 sum_{j<=k} (-1)^(k-j) / (j! r^(k-j+1))` and its derivatives `k! 
 import dataclasses
 import math
 
+import jax
 import jax.numpy as jnp
 import mpmath
 import numpy as np
@@ -113,6 +115,15 @@ def _cases():
                 yield pytest.param(api, dtype, policy, marks=marks)
 
 
+def _for_taylor(policy):
+    """`policy`, with `guarded_products` on for the compact form: `taylor` has no fallback
+    pass, and the compact form's Toeplitz dots meet an overflowed coefficient with the
+    table's zeros (`inf * 0`) unless guarded (shifted sums select their zeros)."""
+    if not policy.scalar_products_as_dots:
+        return policy
+    return dataclasses.replace(policy, name=f"{policy.name}-guarded", guarded_products=True)
+
+
 @pytest.mark.parametrize("api, dtype, policy", list(_cases()))
 def test_low_orders_survive_an_overflow(api, dtype, policy):
     order, t0, r = _setting(dtype)
@@ -126,11 +137,7 @@ def test_low_orders_survive_an_overflow(api, dtype, policy):
         return (1 / (t - c)) * jnp.exp(t)
 
     one = jnp.asarray(1.0, dtype)
-    chosen = POLICIES[policy]
-    if api == "taylor":
-        # `taylor` has no fallback pass: its products are exact below an overflow only
-        # with the policy's guard on (off in the built-in policies, for speed).
-        chosen = dataclasses.replace(chosen, name="guarded", guarded_products=True)
+    chosen = _for_taylor(POLICIES[policy]) if api == "taylor" else POLICIES[policy]
     with taylax.emission_policy(chosen):
         if api == "derivatives":
             got = taylax.derivatives(h, order)(x)
@@ -194,20 +201,44 @@ def test_random_chains_driven_to_overflow_keep_their_low_orders(steps, times_t, 
         )
 
 
-def test_without_the_guard_the_overflow_reaches_the_primal():
-    # What `guarded_products` is for: with it off (the built-in policies), a product's
-    # padding zeros meet the overflowed coefficients of the pole's reciprocal and every
-    # order of `taylor` is NaN; with it on, the orders below the overflow are exact.
-    h = lambda t: (1 / (t - 0.99)) * jnp.exp(t)  # noqa: E731
-    assert not taylax.CPU.guarded_products and not taylax.GPU.guarded_products
-    with taylax.emission_policy(taylax.CPU):
-        primal, coeffs = taylax.taylor(h, 160)(1.0, 1.0)
-    assert np.isnan(primal) and np.isnan(coeffs[0])
-    guarded = dataclasses.replace(taylax.CPU, name="guarded", guarded_products=True)
-    with taylax.emission_policy(guarded):
-        primal, coeffs = taylax.taylor(h, 160)(1.0, 1.0)
-    np.testing.assert_allclose(primal, np.exp(1.0) / 0.01, rtol=1e-12)
-    np.testing.assert_allclose(coeffs[0], np.exp(1.0) * (1 / 0.01 - 1 / 0.01**2), rtol=1e-10)
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_taylor_keeps_the_orders_below_an_overflow_and_their_gradients(policy):
+    # `taylor` has no fallback pass. A product's shifted sum once met the pole's
+    # overflowed coefficients with its padding zeros (`inf * 0`): every order was NaN,
+    # the primal too, unless the policy's `guarded_products` was set; and reverse mode
+    # met them with the zero cotangents of the orders nobody reads.
+    h = lambda a: lambda t: (1 / (t - a)) * jnp.exp(t)  # noqa: E731
+    with taylax.emission_policy(_for_taylor(POLICIES[policy])):
+        primal, coeffs = taylax.taylor(h(0.99), 160)(1.0, 1.0)
+        assert not np.isfinite(coeffs[-1]), "the case does not overflow"
+        np.testing.assert_allclose(primal, np.exp(1.0) / 0.01, rtol=1e-12)
+        np.testing.assert_allclose(
+            coeffs[0], np.exp(1.0) * (1 / 0.01 - 1 / 0.01**2), rtol=1e-10
+        )
+        grad = jax.grad(lambda a: taylax.taylor(h(a), 160)(1.0, 1.0)[1][1])(0.99)
+        low = jax.grad(lambda a: taylax.taylor(h(a), 4)(1.0, 1.0)[1][1])(0.99)
+    assert np.isfinite(grad)
+    np.testing.assert_allclose(grad, low, rtol=1e-12)
+
+
+@pytest.mark.parametrize("api", ["derivatives", "jet"])
+def test_unstretched_passes_keep_the_gradients_below_an_overflow(api):
+    # float64 below order 58 runs one pass, no stretch and no fallback: its coefficients
+    # past the pole's overflow are not finite, and the gradient of order 2 must equal that
+    # of a pass of order 4.
+    h = lambda a: lambda t: (1 / (t - a)) * jnp.exp(t)  # noqa: E731
+
+    def second(a, order):
+        if api == "derivatives":
+            return taylax.derivatives(h(a), order)(1.0)[2]
+        terms = [1.0] + [0.0] * (order - 1)
+        return taylax.jet(h(a), (1.0,), (terms,))[1][1]
+
+    # The pole at 1e-7: the pass's own coefficients (1e7^k) overflow from order 44.
+    a = 1 - 1e-7
+    assert not np.isfinite(taylax.taylor(h(a), 57)(1.0, 1.0)[1][-1])
+    grad = jax.grad(second)(a, 57)
+    np.testing.assert_allclose(grad, jax.grad(second)(a, 4), rtol=1e-12)
 
 
 def test_a_true_zero_below_the_overflow_is_kept():

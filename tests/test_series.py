@@ -666,9 +666,11 @@ def test_product_is_a_shifted_sum_linear_in_the_degree():
     small, large = product_jaxpr(16), product_jaxpr(32)
     # No Toeplitz table: every intermediate has the operands' rank (K+1, 8).
     assert all(v.aval.ndim <= 2 for e in large.jaxpr.eqns for v in e.outvars)
-    # A few equations per coefficient of the lower-degree factor.
+    # A few equations per coefficient of the lower-degree factor: two slices, the
+    # product, the sum, and the constant mask's broadcast and select that keep the pad's
+    # zeros out of the product (an overflow there would be `inf * 0`).
     grow = len(large.jaxpr.eqns) - len(small.jaxpr.eqns)
-    assert 0 < grow <= 4 * (32 - 16), grow
+    assert 0 < grow <= 6 * (32 - 16), grow
 
 
 @pytest.mark.parametrize("p", [2.0 + 1.0j, 2.0 + 0.0j, 2.5])

@@ -18,7 +18,7 @@ from . import (
     _policy,
     _rules,  # noqa: F401  (registers the built-in rules)
 )
-from ._fallback import with_unscaled_fallback
+from ._fallback import overflow_safe, with_unscaled_fallback
 from ._interpret import eval_jaxpr_series
 from ._one_kernel import fits_one_kernel
 from ._programs import cached_program, check_inexact, check_order, trace_leaves
@@ -171,7 +171,15 @@ def _guarded(unscaled: Callable) -> Callable:
 def _taylor_program(order: int, unit: bool = False):
     def make(jaxpr):
         def program(consts, x_leaves, v_leaves):
-            return _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, 1.0)
+            if not order:
+                return _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, 1.0)
+            # Through `overflow_safe`: reverse mode reads no overflowed coefficient
+            # (`0 * inf` made the gradients of the orders below it NaN).
+            pairs = overflow_safe(
+                lambda ops: _flat_pairs(*_taylor_pass(jaxpr, *ops, order, unit, 1.0))
+            )((list(consts), list(x_leaves), list(v_leaves)))
+            n = len(pairs) // 2
+            return pairs[:n], pairs[n:]
 
         return program
 
@@ -182,8 +190,13 @@ def _derivatives_program(order: int, unit: bool = False):
     def make(jaxpr):
         def program(consts, x_leaves, v_leaves):
             scale = _pass_scale(order, x_leaves)
-            if scale == 1.0:
+            if scale == 1.0 and not order:
                 return _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale)
+            if scale == 1.0:
+                # Through `overflow_safe`, as `taylor`'s pass.
+                return overflow_safe(lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, 1.0))(
+                    (list(consts), list(x_leaves), list(v_leaves))
+                )
             return with_unscaled_fallback(
                 lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, scale),
                 _guarded(lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, 1.0, exact=True)),
@@ -415,22 +428,39 @@ def _jet_pass(jaxpr, consts, primals, terms, order: int, scale: float | None, ex
     return [p for p, _ in pairs], coeffs
 
 
+def _flat_pairs(primals: list, coeffs: list) -> list:
+    """Primals then coefficients, one flat list (what `overflow_safe` passes on)."""
+    return [*primals, *coeffs]
+
+
+def _safe_jet_pass(jaxpr, ops, order: int, scale: float | None):
+    """`_jet_pass` through `overflow_safe` (see `_taylor_program`): `(primals, terms)`."""
+    if not order:
+        return _jet_pass(jaxpr, *ops, order, scale, False)
+    flat = overflow_safe(lambda o: _flat_pairs(*_jet_pass(jaxpr, *o, order, scale, False)))(ops)
+    n = len(flat) // 2
+    return flat[:n], flat[n:]
+
+
 def _stacked(primals: list, coeffs: list) -> list:
     """Each output's primal on top of its terms, one `(K + 1, ...)` stack."""
     return [lax.concatenate([p[None].astype(c.dtype), c], 0) for p, c in zip(primals, coeffs)]
 
 
-def _jet_program(order: int, factorial_scaled: bool):
+def _jet_program(order: int, factorial_scaled: bool, safe: bool = True):
     def make(jaxpr):
         def program(consts, primals, terms):
+            ops = (list(consts), list(primals), [list(ts) for ts in terms])
+            if not factorial_scaled and not safe:
+                return _jet_pass(jaxpr, *ops, order, None, False)
             if not factorial_scaled:
-                return _jet_pass(jaxpr, consts, primals, terms, order, None, False)
+                return _safe_jet_pass(jaxpr, ops, order, None)
             # Derivative terms go in as `x^(k) h^k / k!` and come out divided by the same:
             # a pass along `h` times the input series (see `derivative_scale`), merged
             # order by order with an unscaled pass where it overflows (`taylax._fallback`).
             scale = _pass_scale(order, primals)
             if scale == 1.0 or not order:
-                return _jet_pass(jaxpr, consts, primals, terms, order, scale, False)
+                return _safe_jet_pass(jaxpr, ops, order, scale)
 
             # The primals go with the terms: an overflowed high term reaches the stretched
             # pass's primal through a product's zeros (`inf * 0`), and the fallback's
@@ -477,6 +507,19 @@ def jet(fun: Callable, primals, series, factorial_scaled: bool = True):
         y0, (y1, y2) = taylax.jet(jnp.sin, (0.5,), ((1.0, 0.0),))
         ```
     """
+    return _jet(fun, primals, series, factorial_scaled, safe=True)
+
+
+def normalized_jet(fun: Callable, primals, series):
+    """`jet(fun, primals, series, factorial_scaled=False)` with reverse mode through the
+    pass as it is, not through `taylax._fallback.overflow_safe`: for callers whose
+    coefficients cannot overflow, such as an ODE's Taylor steps, whose size is chosen
+    from them. The wrapper cost the integrator's gradient programs a quarter to a third
+    more compile time (docs/EMISSION.md, "Overflow")."""
+    return _jet(fun, primals, series, False, safe=False)
+
+
+def _jet(fun: Callable, primals, series, factorial_scaled: bool, safe: bool):
     if not isinstance(primals, (tuple, list)) or not isinstance(series, (tuple, list)):
         raise TypeError("`primals` and `series` must be tuples or lists, as in jax's `jet`.")
     if len(primals) != len(series):
@@ -500,7 +543,10 @@ def jet(fun: Callable, primals, series, factorial_scaled: bool = True):
                 )
     closed, out_tree = trace_leaves(fun, tuple(primals), "taylax.jet")
     program, consts = cached_program(
-        closed, ("jet", order, bool(factorial_scaled)), fun, _jet_program(order, factorial_scaled)
+        closed,
+        ("jet", order, bool(factorial_scaled), safe),
+        fun,
+        _jet_program(order, factorial_scaled, safe),
     )
     terms_in = [list(terms) for terms in series] if order else [[] for _ in series]
     primals_out, coeffs = program(consts, primals, terms_in)

@@ -106,12 +106,13 @@ class EmissionPolicy:
     blocks of `unrolled_block` up to `unrolled_max_blocks`, else a loop over blocks of
     `direction_block`.
 
-    **Overflow:** `guarded_products`: a product past the row sums keeps an overflowed
-    coefficient of one factor out of the lower rows (which `inf * 0` would make NaN);
-    without it those rows are NaN whenever a higher coefficient overflows. Off in both
-    built-in policies (it cost 17-66% of a pass at order 24 on XLA:CPU); the unscaled
+    **Overflow:** `guarded_products`: a scalar product as a Toeplitz dot (the compact
+    form, `scalar_products_as_dots`) keeps an overflowed coefficient of one factor out of
+    the lower rows (which the table's `inf * 0` would make NaN). Off in both built-in
+    policies (six equations per product, a fifth more in a large program); the unscaled
     fallback of `derivatives` and `jet` always runs guarded, so their orders below an
-    overflow stay exact; `taylor` needs it set.
+    overflow stay exact; `taylor` in the compact form needs it set. Shifted sums need no
+    guard: they select their padding zeros rather than multiply them.
 
     **The unscaled fallback** (`taylax._fallback`, float32 past order 12):
     `fallback_check_apart`: the check whether a stretched pass is finite reads the

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .. import _policy
@@ -86,13 +87,10 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
         c = lax.dot_general(table, jnp.where(finite, a, 0), (((1,), (0,)), ((), ())))
         return c + running_rows(lax.cumsum(a * 0, 0), degree)
     terms = min(da, degree) + 1
-    guarded = _policy.current().guarded_products
-    return shifted_sum(lambda i: lax.index_in_dim(a, i, keepdims=True), terms, b, degree, guarded)
+    return shifted_sum(lambda i: lax.index_in_dim(a, i, keepdims=True), terms, b, degree)
 
 
-def shifted_sum(
-    row: Callable[[int], Array], terms: int, c: Array, degree: int, guarded: bool = False
-) -> Array:
+def shifted_sum(row: Callable[[int], Array], terms: int, c: Array, degree: int) -> Array:
     """`sum_{i < terms} row(i) (s^i c)` truncated at `degree`; `row(i)` has a leading
     unit axis. The shifts are slices of one zero-padded copy of `c`:
     `s^i c = padded[n-i : n-i+degree+1]`.
@@ -101,27 +99,23 @@ def shifted_sum(
     high-order pass's time; a pad of a slice per term instead ran no faster
     (docs/EMISSION.md, "Rows").
 
-    `guarded`: an overflowed `row(i)` would meet the copy's zeros (`inf * 0`) and put NaN
-    in the rows below `i`, the primal too. It enters the products as 0 instead, and a
-    running sum of `row(i) * 0` (NaN from the first non-finite `row(i)` on) is added to
-    the rows from `i` on, as the products would have: O(terms) values per point beside
-    the O(terms * degree) products (docs/EMISSION.md, "Overflow").
+    The rows below `i` of a term are the pad's zeros: they are selected, not multiplied,
+    so that an overflowed `row(i)` (`inf * 0`) leaves the rows below `i` exact, the
+    primal too. The masks are constants, two equations per term (docs/EMISSION.md,
+    "Overflow").
     """
     n = terms - 1
     pads = [(n, max(0, degree - degree_of(c)), 0)] + [(0, 0, 0)] * (c.ndim - 1)
     padded = lax.pad(c, jnp.zeros((), c.dtype), pads)
-    out, poison, running = None, [], None
+    orders = np.arange(degree + 1).reshape((degree + 1,) + (1,) * (c.ndim - 1))
+    out, zeros = None, None
     for i in range(terms):
-        r = row(i)
-        if guarded:
-            running = r * 0 if running is None else running + r * 0
-            poison.append(running)
-            r = jnp.where(jnp.isfinite(r), r, 0)
-        term = r * lax.slice_in_dim(padded, n - i, n - i + degree + 1)
+        term = row(i) * lax.slice_in_dim(padded, n - i, n - i + degree + 1)
+        if i:
+            zeros = jnp.zeros_like(term) if zeros is None else zeros
+            term = lax.select(jnp.broadcast_to(orders >= i, term.shape), term, zeros)
         out = term if out is None else out + term
-    if not guarded:
-        return out
-    return out + running_rows(lax.concatenate(poison, 0), degree).astype(out.dtype)
+    return out
 
 
 def running_rows(running: Array, degree: int) -> Array:

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .._api import jet
+from .._api import normalized_jet
 from .._programs import check_inexact, check_order
 
 
@@ -97,7 +97,7 @@ def _pass(g, t0, w_series, order: int):
     t_terms = [one] + [zero] * (order - 1)
     w_terms = list(w_series[1 : order + 1])
     w_terms += [jnp.zeros_like(w0)] * (order - len(w_terms))
-    f0, terms = jet(g, (t0, w0), (t_terms, w_terms), factorial_scaled=False)
+    f0, terms = normalized_jet(g, (t0, w0), (t_terms, w_terms))
     return jnp.stack([f0, *terms])
 
 
