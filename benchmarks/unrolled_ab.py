@@ -1,0 +1,88 @@
+"""Interleaved A/B of emission-policy variants on an unrolled loop under `jax.vmap`.
+
+`bench_unrolled.py` times one policy at a time; on a loaded machine its figures drift
+between runs. Here every variant of the CPU policy (`--variants`, `;`-separated lists of
+`FIELD=VALUE`, an empty one for the CPU policy itself) and, with `--jet`, jet's terms
+apart, are compiled in one process and timed in interleaved rounds (the minimum over 7
+rounds of 20 calls back to back). Prints one line: the program, K, the
+steps, and per variant (ms per call, fused kernels, first call in s). Usage::
+
+    python benchmarks/unrolled_ab.py rk4 4 5 --variants "fusion_cut=128;;fusion_cut=None" --jet
+
+`--compiler-option KEY=VALUE` passes an XLA option to every `jax.jit`, for example
+`xla_cpu_use_fusion_emitters=False` (docs/EMISSION.md, "Fusion cuts").
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+jax.config.update("jax_enable_x64", True)
+
+import taylax  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_unrolled import PROGRAMS, jet_terms  # noqa: E402
+from gpu_check import steady_ms  # noqa: E402
+from policy_ab import parse_set  # noqa: E402
+
+
+def _option(text: str):
+    key, value = text.split("=", 1)
+    parsed = {"True": True, "False": False}.get(value, value)
+    return key, parsed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("program", choices=sorted(PROGRAMS))
+    parser.add_argument("order", type=int)
+    parser.add_argument("steps", type=int)
+    parser.add_argument("--variants", default="", help="';'-separated FIELD=VALUE,... lists")
+    parser.add_argument("--jet", action="store_true", help="time jet's terms apart too")
+    parser.add_argument("--points", type=int, default=1000)
+    parser.add_argument("--compiler-option", action="append", default=[])
+    args = parser.parse_args(argv)
+    options = dict(_option(o) for o in args.compiler_option) or None
+    ys = jnp.linspace(0.5, 1.0, args.points)
+
+    def f(y):
+        return PROGRAMS[args.program](y, args.steps)
+
+    contenders = {}
+    for variant in args.variants.split(";"):
+        changes = parse_set([a for a in variant.split(",") if a])
+        policy = dataclasses.replace(taylax.CPU, name=variant or "cpu", **changes)
+        contenders[variant or "cpu"] = (jax.vmap(taylax.derivatives(f, args.order)), policy)
+    if args.jet:
+        contenders["jet"] = (jax.vmap(jet_terms(f, args.order)), None)
+    compiled, cells = {}, {}
+    for label, (fn, policy) in contenders.items():
+        scope = taylax.emission_policy(policy) if policy else contextlib.nullcontext()
+        start = time.perf_counter()
+        with scope:
+            # Compile options go to the top-level compile: an inner `jax.jit` cannot
+            # take them (JAX raises), which is why taylax cannot set them itself.
+            program = jax.jit(fn).lower(ys).compile(compiler_options=options)
+        jax.block_until_ready(program(ys))
+        fusions = program.as_text().count(" fusion(")
+        compiled[label] = program
+        cells[label] = [float("inf"), fusions, time.perf_counter() - start]
+    for _ in range(7):
+        for label, program in compiled.items():
+            cells[label][0] = min(cells[label][0], steady_ms(program, (ys,), 1, 20))
+    cells = {k: (round(ms, 3), n, round(first, 2)) for k, (ms, n, first) in cells.items()}
+    print(args.program, args.order, args.steps, options or "", cells)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
