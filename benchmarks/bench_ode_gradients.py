@@ -56,7 +56,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import taylax  # noqa: E402
-from bench_ode_problems import ARENSTORF_T, ARENSTORF_Y0, MU, best_of  # noqa: E402
+from bench_ode_problems import ARENSTORF_T, ARENSTORF_Y0, MU, arenstorf_rhs, best_of  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -85,23 +85,12 @@ def pendulum_heyoka(hy, theta, omega):
 def arenstorf(t, s, args):
     """The planar restricted three-body problem in the rotating frame, mass ratio `mu`."""
     mu = args["mu"]
-    mu1 = 1.0 - mu
-    x, y, vx, vy = s
-    d1 = ((x + mu) ** 2 + y**2) ** -1.5
-    d2 = ((x - mu1) ** 2 + y**2) ** -1.5
-    ax = x + 2 * vy - mu1 * (x + mu) * d1 - mu * (x - mu1) * d2
-    ay = y - 2 * vx - mu1 * y * d1 - mu * y * d2
-    return jnp.stack([vx, vy, ax, ay])
+    return jnp.stack(arenstorf_rhs(*s, mu=mu, mu1=1.0 - mu))
 
 
 def arenstorf_heyoka(hy, x, y, vx, vy):
     mu = hy.par[0]
-    mu1 = 1.0 - mu
-    d1 = ((x + mu) ** 2 + y**2) ** -1.5
-    d2 = ((x - mu1) ** 2 + y**2) ** -1.5
-    ax = x + 2 * vy - mu1 * (x + mu) * d1 - mu * (x - mu1) * d2
-    ay = y - 2 * vx - mu1 * y * d1 - mu * y * d2
-    return [vx, vy, ax, ay]
+    return arenstorf_rhs(x, y, vx, vy, mu=mu, mu1=1.0 - mu)
 
 
 @dataclass(frozen=True)

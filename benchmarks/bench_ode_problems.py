@@ -104,22 +104,24 @@ NEURAL = _neural_weights()
 # axis, as `taylax.ode.integrate(..., batch=True)` passes them.
 
 
+def arenstorf_rhs(x, y, vx, vy, mu=MU, mu1=MU1):
+    """The planar restricted three-body problem in the rotating frame, mass ratio `mu`
+    (`mu1 = 1 - mu`): the four right-hand sides, for JAX arrays and heyoka expressions
+    alike."""
+    d1 = ((x + mu) ** 2 + y**2) ** -1.5
+    d2 = ((x - mu1) ** 2 + y**2) ** -1.5
+    ax = x + 2 * vy - mu1 * (x + mu) * d1 - mu * (x - mu1) * d2
+    ay = y - 2 * vx - mu1 * y * d1 - mu * y * d2
+    return [vx, vy, ax, ay]
+
+
 def arenstorf(t, s, args):
     """The planar restricted three-body problem in the rotating frame."""
-    x, y, vx, vy = s
-    d1 = ((x + MU) ** 2 + y**2) ** -1.5
-    d2 = ((x - MU1) ** 2 + y**2) ** -1.5
-    ax = x + 2 * vy - MU1 * (x + MU) * d1 - MU * (x - MU1) * d2
-    ay = y - 2 * vx - MU1 * y * d1 - MU * y * d2
-    return jnp.stack([vx, vy, ax, ay])
+    return jnp.stack(arenstorf_rhs(*s))
 
 
 def arenstorf_heyoka(x, y, vx, vy):
-    d1 = ((x + MU) ** 2 + y**2) ** -1.5
-    d2 = ((x - MU1) ** 2 + y**2) ** -1.5
-    ax = x + 2 * vy - MU1 * (x + MU) * d1 - MU * (x - MU1) * d2
-    ay = y - 2 * vx - MU1 * y * d1 - MU * y * d2
-    return [vx, vy, ax, ay]
+    return arenstorf_rhs(x, y, vx, vy)
 
 
 def lorenz(t, s, args):

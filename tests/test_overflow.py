@@ -212,9 +212,7 @@ def test_taylor_keeps_the_orders_below_an_overflow_and_their_gradients(policy):
         primal, coeffs = taylax.taylor(h(0.99), 160)(1.0, 1.0)
         assert not np.isfinite(coeffs[-1]), "the case does not overflow"
         np.testing.assert_allclose(primal, np.exp(1.0) / 0.01, rtol=1e-12)
-        np.testing.assert_allclose(
-            coeffs[0], np.exp(1.0) * (1 / 0.01 - 1 / 0.01**2), rtol=1e-10
-        )
+        np.testing.assert_allclose(coeffs[0], np.exp(1.0) * (1 / 0.01 - 1 / 0.01**2), rtol=1e-10)
         grad = jax.grad(lambda a: taylax.taylor(h(a), 160)(1.0, 1.0)[1][1])(0.99)
         low = jax.grad(lambda a: taylax.taylor(h(a), 4)(1.0, 1.0)[1][1])(0.99)
     assert np.isfinite(grad)
