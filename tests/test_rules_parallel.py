@@ -370,6 +370,9 @@ def _join(stacked, spec):
 
 
 def _sub_jaxpr(eqn):
+    # A custom_jvp call (the pass's `overflow_safe`) runs its function's jaxpr.
+    if eqn.primitive.name == "custom_jvp_call":
+        return eqn.params["call_jaxpr"]
     closed = eqn.params.get("jaxpr")
     return closed if eqn.primitive.name in ("jit", "pjit", "closed_call") else None
 
