@@ -442,11 +442,6 @@ def _safe_jet_pass(jaxpr, ops, order: int, scale: float | None):
     return flat[:n], flat[n:]
 
 
-def _stacked(primals: list, coeffs: list) -> list:
-    """Each output's primal on top of its terms, one `(K + 1, ...)` stack."""
-    return [lax.concatenate([p[None].astype(c.dtype), c], 0) for p, c in zip(primals, coeffs)]
-
-
 def _jet_program(order: int, factorial_scaled: bool, safe: bool = True):
     def make(jaxpr):
         def program(consts, primals, terms):
@@ -464,17 +459,23 @@ def _jet_program(order: int, factorial_scaled: bool, safe: bool = True):
 
             # The primals go with the terms: an overflowed high term reaches the stretched
             # pass's primal through a product's zeros (`inf * 0`), and the fallback's
-            # primal is then the one to keep (as in `derivatives`).
-            def stacked(ops, scale, exact):
-                return _stacked(*_jet_pass(jaxpr, *ops, order, scale, exact))
+            # primal is then the one to keep (as in `derivatives`). Each primal goes as a
+            # stack of one row beside its terms, not on top of them: a concatenate of
+            # the two was a fused kernel that recomputed the pass's rows (3x the time of
+            # the log1p chain's pass at K = 24, float32; docs/EMISSION.md).
+            def apart(ops, scale, exact):
+                primals_out, coeffs = _jet_pass(jaxpr, *ops, order, scale, exact)
+                heads = [p[None].astype(c.dtype) for p, c in zip(primals_out, coeffs)]
+                return [*heads, *coeffs]
 
+            n = len(jaxpr.outvars)
             stacks = with_unscaled_fallback(
-                lambda ops: stacked(ops, scale, False),
-                _guarded(lambda ops: stacked(ops, 1.0, True)),
-                (list(consts), list(primals), [list(ts) for ts in terms]),
-                first=1,
+                lambda ops: apart(ops, scale, False),
+                _guarded(lambda ops: apart(ops, 1.0, True)),
+                ops,
+                first=(1,) * n + (0,) * n,
             )
-            return [s[0] for s in stacks], [s[1:] for s in stacks]
+            return [s[0] for s in stacks[:n]], stacks[n:]
 
         return program
 

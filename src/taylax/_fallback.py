@@ -82,10 +82,11 @@ def _nan_sum(x):
 
 
 def _conditional(
-    scaled: list, operands: list, unscaled: Callable, first: int, axis: int, apart: bool
+    scaled: list, operands: list, unscaled: Callable, first: tuple, axis: int, apart: bool
 ):
-    """`scaled` merged with `unscaled(operands)` from row `first` of axis `axis` on, the
-    second pass run only when some value of `scaled` (row 0 included) is not finite.
+    """`scaled` merged with `unscaled(operands)`, the second pass run only when some value
+    of `scaled` (row 0 included) is not finite. `first[i]` is 1 where stack `i`'s row 0
+    along `axis` holds the primal (merged apart), 0 where its rows are orders 1, 2, ...
     `apart` (the policy's `fallback_check_apart`): the check reads the stacks behind an
     optimization barrier."""
     inexact = _inexact(scaled)
@@ -96,7 +97,6 @@ def _conditional(
         # (docs/EMISSION.md, "GPU"). Behind the barrier the pass keeps its own kernels
         # and the check reads the stacks once more.
         scaled = list(lax.optimization_barrier(list(scaled)))
-    rows = (slice(None),) * axis + (slice(first, None),)
     # `x * 0` is 0 where `x` is finite and NaN where not: one sum says whether all are,
     # and XLA:CPU reduces a sum faster than a conjunction of `isfinite`
     # (docs/EMISSION.md, "float32 past order 12").
@@ -107,18 +107,20 @@ def _conditional(
     def merge(args):
         stacks, ops = list(args[0]), list(args[1])
         fallback = unscaled(ops)
-        lead = (slice(None),) * axis + (slice(0, first),)
         for i in inexact:
-            c = stacks[i]
-            orders = lax.broadcasted_iota(np.int32, c[rows].shape, axis) + first
+            c, head_rows = stacks[i], first[i]
+            rows = (slice(None),) * axis + (slice(head_rows, None),)
+            lead = (slice(None),) * axis + (slice(0, head_rows),)
+            # The rows after the primal are orders 1, 2, ...
+            orders = lax.broadcasted_iota(np.int32, c[rows].shape, axis) + 1
             trusted = orders < zero_trusted_orders(c.dtype)
             tail = merged(c[rows], fallback[i][rows], trusted)
-            if first:
+            if head_rows:
                 # The primal stays the stretched pass's where it is finite; where it is
                 # not (an overflowed high coefficient reached it through a product's
                 # zeros, `inf * 0`), the unscaled pass's.
                 head = jnp.where(jnp.isfinite(c[lead]), c[lead], fallback[i][lead])
-                stacks[i] = lax.concatenate([head, tail], axis)
+                stacks[i] = lax.concatenate([head, tail], axis) if c.shape[axis] > 1 else head
             else:
                 stacks[i] = tail
         return stacks
@@ -126,7 +128,9 @@ def _conditional(
     return lax.cond(finite, lambda args: list(args[0]), merge, (list(scaled), list(operands)))
 
 
-def with_unscaled_fallback(scaled: Callable, unscaled: Callable, operands, first: int) -> list:
+def with_unscaled_fallback(
+    scaled: Callable, unscaled: Callable, operands, first: int | tuple[int, ...]
+) -> list:
     """The derivatives `scaled(operands)` (from the pass along `h` times the direction,
     stacked along a leading axis) merged order by order with `unscaled(operands)`'s
     (`merged`) where they are not finite, from row `first` on: 1 where row 0 holds the
@@ -146,6 +150,7 @@ def with_unscaled_fallback(scaled: Callable, unscaled: Callable, operands, first
     avals = [jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)) for a in leaves]
     safe = overflow_safe(unscaled)
     closed = jax.make_jaxpr(lambda *ls: safe(jax.tree.unflatten(tree, ls)))(*avals)
+    first = tuple(first) if isinstance(first, (tuple, list)) else (first,) * len(stacks)
     return fallback_p.bind(*stacks, *leaves, unscaled=closed, first=first, n_scaled=len(stacks))
 
 
@@ -293,7 +298,7 @@ def _run(closed):
     return lambda ops: _compat.jaxpr_as_fun(closed)(*ops)
 
 
-def _impl(*args, unscaled, first: int, n_scaled: int, policy=None):
+def _impl(*args, unscaled, first: tuple, n_scaled: int, policy=None):
     scaled, operands = list(args[:n_scaled]), list(args[n_scaled:])
     apart = (policy or _policy.current()).fallback_check_apart
     return _conditional(scaled, operands, _run(unscaled), first, 0, apart)
@@ -306,12 +311,12 @@ def _lower(ctx, *args, **params):
     return impl(ctx, *args)
 
 
-def _abstract_eval(*avals, unscaled, first: int, n_scaled: int):
+def _abstract_eval(*avals, unscaled, first: tuple, n_scaled: int):
     del unscaled, first
     return [_compat.shaped_array(a.shape, a.dtype) for a in avals[:n_scaled]]
 
 
-def _batch(axis_data, args, dims, *, unscaled, first: int, n_scaled: int):
+def _batch(axis_data, args, dims, *, unscaled, first: tuple, n_scaled: int):
     params = dict(unscaled=unscaled, first=first, n_scaled=n_scaled)
     if all(d is None for d in dims):
         return fallback_p.bind(*args, **params), [None] * n_scaled
