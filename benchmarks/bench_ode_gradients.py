@@ -45,7 +45,6 @@ import argparse
 import copy
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +55,14 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import taylax  # noqa: E402
-from bench_ode_problems import ARENSTORF_T, ARENSTORF_Y0, MU, arenstorf_rhs, best_of  # noqa: E402
+from bench_ode_problems import (  # noqa: E402
+    ARENSTORF_T,
+    ARENSTORF_Y0,
+    MU,
+    Problem as BaseProblem,  # noqa: E402
+    arenstorf_rhs,
+    best_of,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -94,16 +100,10 @@ def arenstorf_heyoka(hy, x, y, vx, vy):
 
 
 @dataclass(frozen=True)
-class Problem:
-    """A problem with one parameter: its fields, start, end, parameter and the finite
-    differences' largest step."""
+class Problem(BaseProblem):
+    """A problem of `bench_ode_problems` with one parameter: its name in `args`, its
+    value, and the finite differences' largest step."""
 
-    name: str
-    title: str
-    field: Callable
-    heyoka_field: Callable
-    y0: np.ndarray
-    t_end: float
     param: str
     value: float
     delta: float
