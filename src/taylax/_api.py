@@ -168,18 +168,28 @@ def _guarded(unscaled: Callable) -> Callable:
     return run
 
 
+def _safe(run: Callable, ops, order: int) -> list:
+    """`run(ops)` (one pass, a list of arrays) through `overflow_safe` from order 1 on:
+    reverse mode then reads no overflowed coefficient (`0 * inf` made the gradients of
+    the orders below it NaN). The forward program is `run`'s."""
+    return overflow_safe(run)(ops) if order else run(ops)
+
+
+def _safe_pairs(run: Callable, ops, order: int) -> tuple[list, list]:
+    """`_safe` for a pass that returns `(primals, coefficients)`."""
+    flat = _safe(lambda o: [x for part in run(o) for x in part], ops, order)
+    n = len(flat) // 2
+    return flat[:n], flat[n:]
+
+
 def _taylor_program(order: int, unit: bool = False):
     def make(jaxpr):
         def program(consts, x_leaves, v_leaves):
-            if not order:
-                return _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, 1.0)
-            # Through `overflow_safe`: reverse mode reads no overflowed coefficient
-            # (`0 * inf` made the gradients of the orders below it NaN).
-            pairs = overflow_safe(
-                lambda ops: _flat_pairs(*_taylor_pass(jaxpr, *ops, order, unit, 1.0))
-            )((list(consts), list(x_leaves), list(v_leaves)))
-            n = len(pairs) // 2
-            return pairs[:n], pairs[n:]
+            return _safe_pairs(
+                lambda ops: _taylor_pass(jaxpr, *ops, order, unit, 1.0),
+                (list(consts), list(x_leaves), list(v_leaves)),
+                order,
+            )
 
         return program
 
@@ -190,12 +200,11 @@ def _derivatives_program(order: int, unit: bool = False):
     def make(jaxpr):
         def program(consts, x_leaves, v_leaves):
             scale = _pass_scale(order, x_leaves)
-            if scale == 1.0 and not order:
-                return _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale)
             if scale == 1.0:
-                # Through `overflow_safe`, as `taylor`'s pass.
-                return overflow_safe(lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, 1.0))(
-                    (list(consts), list(x_leaves), list(v_leaves))
+                return _safe(
+                    lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, 1.0),
+                    (list(consts), list(x_leaves), list(v_leaves)),
+                    order,
                 )
             return with_unscaled_fallback(
                 lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, scale),
@@ -428,20 +437,6 @@ def _jet_pass(jaxpr, consts, primals, terms, order: int, scale: float | None, ex
     return [p for p, _ in pairs], coeffs
 
 
-def _flat_pairs(primals: list, coeffs: list) -> list:
-    """Primals then coefficients, one flat list (what `overflow_safe` passes on)."""
-    return [*primals, *coeffs]
-
-
-def _safe_jet_pass(jaxpr, ops, order: int, scale: float | None):
-    """`_jet_pass` through `overflow_safe` (see `_taylor_program`): `(primals, terms)`."""
-    if not order:
-        return _jet_pass(jaxpr, *ops, order, scale, False)
-    flat = overflow_safe(lambda o: _flat_pairs(*_jet_pass(jaxpr, *o, order, scale, False)))(ops)
-    n = len(flat) // 2
-    return flat[:n], flat[n:]
-
-
 def _jet_program(order: int, factorial_scaled: bool, safe: bool = True):
     def make(jaxpr):
         def program(consts, primals, terms):
@@ -449,13 +444,13 @@ def _jet_program(order: int, factorial_scaled: bool, safe: bool = True):
             if not factorial_scaled and not safe:
                 return _jet_pass(jaxpr, *ops, order, None, False)
             if not factorial_scaled:
-                return _safe_jet_pass(jaxpr, ops, order, None)
+                return _safe_pairs(lambda o: _jet_pass(jaxpr, *o, order, None, False), ops, order)
             # Derivative terms go in as `x^(k) h^k / k!` and come out divided by the same:
             # a pass along `h` times the input series (see `derivative_scale`), merged
             # order by order with an unscaled pass where it overflows (`taylax._fallback`).
             scale = _pass_scale(order, primals)
             if scale == 1.0 or not order:
-                return _safe_jet_pass(jaxpr, ops, order, scale)
+                return _safe_pairs(lambda o: _jet_pass(jaxpr, *o, order, scale, False), ops, order)
 
             # The primals go with the terms: an overflowed high term reaches the stretched
             # pass's primal through a product's zeros (`inf * 0`), and the fallback's

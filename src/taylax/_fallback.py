@@ -133,10 +133,11 @@ def with_unscaled_fallback(
 ) -> list:
     """The derivatives `scaled(operands)` (from the pass along `h` times the direction,
     stacked along a leading axis) merged order by order with `unscaled(operands)`'s
-    (`merged`) where they are not finite, from row `first` on: 1 where row 0 holds the
-    primal, which stays the scaled pass's where that is finite (both passes compute it,
-    but XLA may evaluate a long primal, float32 `lgamma`, a few ulps apart) and is the
-    unscaled pass's where not; 0 for derivative terms.
+    (`merged`) where they are not finite. `first` (one for all stacks, or one per stack)
+    is 1 where a stack's row 0 holds the primal, which stays the scaled pass's where that
+    is finite (both passes compute it, but XLA may evaluate a long primal, float32
+    `lgamma`, a few ulps apart) and is the unscaled pass's where not; 0 where its rows
+    are the orders 1, 2, ... (a primal alone is a stack of one row with `first` 1).
 
     `unscaled` runs only when some scaled derivative is not finite (see the module
     docstring). It is traced here, under the emission policy in force. Both are functions
