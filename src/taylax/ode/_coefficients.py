@@ -254,6 +254,14 @@ def horner(c, h):
     return out
 
 
+def at_times(c, ts, t, t_low):
+    """The polynomial `c` of a step from `t + t_low` at every time of `ts`:
+    `(offsets, values)`, the offsets `ts - t - t_low` (shaped `ts.shape + t.shape`) and
+    `horner(c, offset)` at each."""
+    offsets = (ts.reshape(ts.shape + (1,) * t.ndim) - t) - t_low
+    return offsets, jax.vmap(lambda d: horner(c, d))(offsets)
+
+
 def batched_jacobian(g):
     """`(t, w) -> J`, the Jacobian of `g` for each trajectory of a batch `w` shaped `(n, B)`
     (`J[i, j, b] = d g_i / d w_j` of trajectory b, shaped `(n, n, B)`): `g` maps the

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._coefficients import horner
+from ._coefficients import at_times, horner
 
 # Points of each step where the event function is evaluated, the step's end among them.
 SAMPLES = 4
@@ -205,9 +205,8 @@ class Events:
         d = self.direction * s
         t_event = jnp.where(fired, t + (t_low + d), jnp.nan)
         w_event = jnp.where(fired, horner(state.c, d), jnp.nan)
-        offsets = (ts.reshape(ts.shape + (1,) * t.ndim) - t) - t_low
+        offsets, values = at_times(state.c, ts, t, t_low)
         ahead = self.direction * offsets
         inside = fired & (ahead > 0) & (ahead <= s)
-        values = jax.vmap(lambda o: horner(state.c, o))(offsets)
         saved = jnp.where(jnp.expand_dims(inside, 1), values, saved)
         return saved, t_event, w_event

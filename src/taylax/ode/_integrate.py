@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._coefficients import batched_problem, horner, real_problem, solution_series
+from ._coefficients import at_times, batched_problem, horner, real_problem, solution_series
 from ._events import Events, check_event
 
 
@@ -102,9 +102,8 @@ def _stepper(g, ts, order: int, batched: bool = False):
         c = solution_series(g, t, w, order, batched)
         left = remaining(t, t_low)
         h = jnp.minimum(_step_size(c, order), left)
-        offsets = (ts.reshape(ts.shape + (1,) * t.ndim) - t) - t_low
+        offsets, values = at_times(c, ts, t, t_low)
         inside = (direction * offsets > 0) & (direction * (offsets - direction * h) <= 0)
-        values = jax.vmap(lambda d: horner(c, d))(offsets)
         # The time as an unevaluated sum `t + t_low` (two-sum): rounding `t + h` at every
         # step would drift the time by up to an ulp of `t` per step.
         last = h >= left
