@@ -116,15 +116,15 @@ def variants() -> dict[str, taylax.EmissionPolicy]:
     return {name: table[name] for name in _SELECTED}
 
 
-def _first_call(fn, args, policy=None):
-    """Lower, compile and run `jax.jit(fn)` once under `policy`: the compiled program and
-    the seconds it took."""
+def _first_call(fn, args, policy=None, compiler_options=None):
+    """Lower, compile (with XLA's `compiler_options`, if any) and run `jax.jit(fn)` once
+    under `policy`: the compiled program and the seconds it took."""
     import contextlib
 
     scope = taylax.emission_policy(policy) if policy is not None else contextlib.nullcontext()
     start = time.perf_counter()
     with scope:
-        compiled = jax.jit(fn).lower(*args).compile()
+        compiled = jax.jit(fn).lower(*args).compile(compiler_options=compiler_options)
     out = jax.block_until_ready(compiled(*args))
     return compiled, out, time.perf_counter() - start
 
@@ -168,16 +168,17 @@ def jet_along_ones(f, K: int):
     return run
 
 
-def time_all(contenders: dict, args: tuple, calls: int, rounds: int) -> dict:
+def time_all(contenders: dict, args: tuple, calls: int, rounds: int, compiler_options=None) -> dict:
     """Each `(fn, policy)` contender compiled once (its first call), then timed in
     `rounds` interleaved rounds of `calls` calls back to back (one round of every
     contender, then the next), so that a drift of the device's clocks reaches all alike;
     `ms` is the minimum over the rounds. A contender that fails is recorded with its
-    error and the sweep goes on."""
+    error and the sweep goes on. `compiler_options` go to every compile (XLA options such
+    as `xla_cpu_use_fusion_emitters`)."""
     results, compiled = {}, {}
     for label, (fn, policy) in contenders.items():
         try:
-            program, out, first = _first_call(fn, args, policy)
+            program, out, first = _first_call(fn, args, policy, compiler_options)
         except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
             results[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
             continue

@@ -3,8 +3,8 @@
 `bench_unrolled.py` times one policy at a time; on a loaded machine its figures drift
 between runs. Here every variant of the CPU policy (`--variants`, `;`-separated lists of
 `FIELD=VALUE`, an empty one for the CPU policy itself) and, with `--jet`, jet's terms
-apart, are compiled in one process and timed in interleaved rounds (the minimum over 7
-rounds of 20 calls back to back). Prints one line: the program, K, the
+apart, are compiled in one process and timed in interleaved rounds (`gpu_check.time_all`:
+the minimum over 7 rounds of 20 calls back to back). Prints one line: the program, K, the
 steps, and per variant (ms per call, fused kernels, first call in s). Usage::
 
     python benchmarks/unrolled_ab.py rk4 4 5 --variants "fusion_cut=128;;fusion_cut=None" --jet
@@ -16,10 +16,8 @@ steps, and per variant (ms per call, fused kernels, first call in s). Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -31,7 +29,7 @@ import taylax  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_unrolled import PROGRAMS, jet_terms  # noqa: E402
-from gpu_check import steady_ms  # noqa: E402
+from gpu_check import time_all  # noqa: E402
 from policy_ab import parse_set  # noqa: E402
 
 
@@ -64,22 +62,11 @@ def main(argv=None) -> int:
         contenders[variant or "cpu"] = (jax.vmap(taylax.derivatives(f, args.order)), policy)
     if args.jet:
         contenders["jet"] = (jax.vmap(jet_terms(f, args.order)), None)
-    compiled, cells = {}, {}
-    for label, (fn, policy) in contenders.items():
-        scope = taylax.emission_policy(policy) if policy else contextlib.nullcontext()
-        start = time.perf_counter()
-        with scope:
-            # Compile options go to the top-level compile: an inner `jax.jit` cannot
-            # take them (JAX raises), which is why taylax cannot set them itself.
-            program = jax.jit(fn).lower(ys).compile(compiler_options=options)
-        jax.block_until_ready(program(ys))
-        fusions = program.as_text().count(" fusion(")
-        compiled[label] = program
-        cells[label] = [float("inf"), fusions, time.perf_counter() - start]
-    for _ in range(7):
-        for label, program in compiled.items():
-            cells[label][0] = min(cells[label][0], steady_ms(program, (ys,), 1, 20))
-    cells = {k: (round(ms, 3), n, round(first, 2)) for k, (ms, n, first) in cells.items()}
+    results = time_all(contenders, (ys,), 20, 7, compiler_options=options)
+    cells = {
+        k: (round(r["ms"], 3), r["fusions"], round(r["first_s"], 2)) if "ms" in r else r["error"]
+        for k, r in results.items()
+    }
     print(args.program, args.order, args.steps, options or "", cells)
     return 0
 
