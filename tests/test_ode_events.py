@@ -173,6 +173,11 @@ def test_float32():
             "`event_direction` must be 1",
         ),
         (
+            lambda: taylax.ode.integrate(oscillator, event_direction=-1),
+            ValueError,
+            "was given without an `event`",
+        ),
+        (
             lambda: taylax.ode.integrate(oscillator, event=height, gradients="reverse"),
             ValueError,
             "`event` supports forward-mode gradients only",

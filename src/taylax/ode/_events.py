@@ -57,6 +57,12 @@ def check_event(event, event_direction) -> None:
             "time), -1 (downwards) or 0 (either way), got "
             f"{event_direction!r}."
         )
+    if event is None and event_direction != 0:
+        raise ValueError(
+            f"`event_direction={event_direction}` was given without an `event`: pass "
+            "`event=lambda t, y, args: ...` (the function whose zero stops the "
+            "integration), or leave `event_direction` at 0."
+        )
 
 
 def crossed(g_a, g_b, sense):
