@@ -16,17 +16,23 @@ between two orders is `log(time ratio) / log(order ratio)` (2 for time growing a
 The figures go to `benchmarks/results/ode_coefficients.md` (`three_body`) or
 `benchmarks/results/ode_coefficients_<field>_<batch>.md` (`..._no_baseline.md` with
 `--no-baseline`). `--pass` adds one `taylax.jet` pass of the field of order K - 1, the
-bulk of the doubling's last sweep: its growth is the pass's own.
+bulk of the doubling's last sweep: its growth is the pass's own. `--set FIELD=VALUE`
+measures under the CPU emission policy with those fields changed (`policy_ab.parse_set`'s
+syntax; the results file's name then ends in `_set`).
 
     python benchmarks/bench_ode_coefficients.py                  # K = 10, 20, 40, 1,024 states
     python benchmarks/bench_ode_coefficients.py --orders 10,20 --batch 256
     python benchmarks/bench_ode_coefficients.py --field restricted --batch 1 --rounds 50
     python benchmarks/bench_ode_coefficients.py --field restricted --batch 256 --no-baseline --pass
+    python benchmarks/bench_ode_coefficients.py --field restricted --batch 256 --no-baseline \
+        --set scalar_products_as_dots=True guarded_products=True
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import time
 from pathlib import Path
 
@@ -38,6 +44,7 @@ jax.config.update("jax_enable_x64", True)
 
 import taylax  # noqa: E402
 from bench_ode_problems import ARENSTORF_Y0, arenstorf  # noqa: E402
+from policy_ab import parse_set  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -130,10 +137,20 @@ def measure(
     field: str = "three_body",
     baseline: bool = True,
     single_pass: bool = False,
+    changes: dict | None = None,
 ) -> list[dict]:
     """Per order: the steady and first-call times of each way, and how well doubling and
     order by order agree (`baseline=False`: without order by order, whose compilation
-    takes minutes; `single_pass`: also one pass of order K - 1, `one_pass`)."""
+    takes minutes; `single_pass`: also one pass of order K - 1, `one_pass`; `changes`:
+    fields of the CPU emission policy to change, in force for every call)."""
+    policy = contextlib.nullcontext()
+    if changes:
+        policy = taylax.emission_policy(dataclasses.replace(taylax.CPU, name="set", **changes))
+    with policy:
+        return _measure(orders, batch, rounds, field, baseline, single_pass)
+
+
+def _measure(orders, batch, rounds, field, baseline, single_pass) -> list[dict]:
     vector_field, _, states = FIELDS[field]
     y0 = states(batch)
     t0 = jnp.zeros(())
@@ -180,7 +197,9 @@ def measure(
     return rows
 
 
-def table(rows, batch: int, field: str = "three_body", rounds: int = 5) -> str:
+def table(
+    rows, batch: int, field: str = "three_body", rounds: int = 5, changes: dict | None = None
+) -> str:
     """The results file's text: one row per order (each way's time and its growth exponent
     from the order before), and each way's exponent fitted over all orders."""
     base = rows[0]
@@ -190,6 +209,8 @@ def table(rows, batch: int, field: str = "three_body", rounds: int = 5) -> str:
     options += f" --field {field}" * (field != "three_body") + f" --rounds {rounds}" * (rounds != 5)
     options += " --no-baseline" * ("order by order" not in ways)
     options += " --pass" * ("one pass of order K - 1" in ways)
+    if changes:
+        options += " --set " + " ".join(f"{k}={v}" for k, v in changes.items())
     header = ["K", "doubling (ms)", "/ (K / K0)^2"]
     for way in ways:
         header += [f"{way} (ms)"] * (way != "doubling") + [f"{way}: exponent from the K before"]
@@ -240,7 +261,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-baseline", action="store_true", help="without order by order")
     parser.add_argument("--pass", action="store_true", help="also one pass of order K - 1")
+    parser.add_argument(
+        "--set", nargs="*", metavar="FIELD=VALUE", help="change the CPU emission policy's fields"
+    )
     args = parser.parse_args()
+    changes = parse_set(args.set)
     orders = [int(k) for k in args.orders.split(",")]
     rows = measure(
         orders,
@@ -249,13 +274,15 @@ def main() -> None:
         args.field,
         baseline=not args.no_baseline,
         single_pass=getattr(args, "pass"),
+        changes=changes,
     )
-    text = table(rows, args.batch, args.field, args.rounds)
+    text = table(rows, args.batch, args.field, args.rounds, changes)
     print(text)
     name = (
-        "ode_coefficients.md"
+        f"ode_coefficients{'_set' * bool(changes)}.md"
         if args.field == "three_body"
-        else f"ode_coefficients_{args.field}_{args.batch}{'_no_baseline' * args.no_baseline}.md"
+        else f"ode_coefficients_{args.field}_{args.batch}{'_no_baseline' * args.no_baseline}"
+        f"{'_set' * bool(changes)}.md"
     )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / name).write_text(text)

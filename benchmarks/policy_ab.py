@@ -4,8 +4,8 @@ Compares `--base` (a built-in policy: cpu, gpu, default) with the same policy ch
 `--set FIELD=VALUE ...`, side by side:
 
 * `chains`: the elementwise chains of `gpu_check.py` and `bench_batched.py` under
-  `jax.vmap` over `--n` points, with jet, in one process (minimum of `--rounds` rounds of
-  5 calls; first call = lower + compile + first run);
+  `jax.vmap` over `--n` points, with jet (not with `--no-jet`), in one process (minimum
+  of `--rounds` rounds of 5 calls; first call = lower + compile + first run);
 * `mlp`: the tanh MLP of `bench_batched.py` along a direction (batch 2048), one process,
   minimum of interleaved calls;
 * `rk4`: RK4 in `fori_loop` (`bench_programs.py`), first call and steady state, in
@@ -69,6 +69,13 @@ def chains(args, pols) -> None:
                     c = jax.jit(jax.vmap(taylax.derivatives(f, K))).lower(t).compile()
                 jax.block_until_ready(c(t))
                 row[label] = (steady_ms(c, (t,), args.rounds, 5), time.perf_counter() - start)
+
+            if args.no_jet:
+                cells = ", ".join(
+                    f"{k} {ms:.2f} ms (first {s:.2f} s)" for k, (ms, s) in row.items()
+                )
+                print(f"chain {name} K={K}: {cells}", flush=True)
+                continue
 
             def jet_run(t, f=f, K=K):
                 return jet.jet(f, (t,), ((jnp.ones_like(t),) + (jnp.zeros_like(t),) * (K - 1),))
@@ -177,6 +184,9 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=65536)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument(
+        "--no-jet", action="store_true", help="chains without jet (whose compile grows past K = 16)"
+    )
     args = parser.parse_args(argv)
     args.orders = [int(k) for k in args.orders.split(",")]
     args.ks = [int(k) for k in args.ks.split(",")]
