@@ -142,7 +142,7 @@ def _march(
     field=None,
     order: int = 0,
 ):
-    """Step from `ts[0]` to `ts[-1]`: `(saved, steps, trails, (t, t_low, watch))`. With
+    """Step from `ts[0]` to `ts[-1]`: `(saved, steps, trails, (t, t_low, w, watch))`. With
     `trail`, `trails` holds every step's starting `(t, t_low, w)` stacked
     `(max_steps, ...)` for the reverse pass. `batched`: `w0` is `(n, B)`; the loop runs
     until every trajectory is done, and `steps` counts each one's steps. With `events`
@@ -185,18 +185,39 @@ def _march(
         return t_next, low_next, w_next, saved, steps, trails, watch
 
     state = (t0, zero, w0, saved, jnp.zeros(batch, jnp.int32), trails, watch)
-    t, t_low, _, saved, steps, trails, watch = lax.while_loop(cond, body, state)
-    return saved, steps, trails, (t, t_low, watch)
+    t, t_low, w, saved, steps, trails, watch = lax.while_loop(cond, body, state)
+    return saved, steps, trails, (t, t_low, w, watch)
 
 
-def _reverse_solve(vector_field, tol, order, max_steps: int):
+def _reverse_solve(vector_field, tol, order, max_steps: int, event=None, event_direction=0):
     """`solve` for reverse mode: a `jax.custom_vjp` whose backward pass walks the steps
     back, each step's vjp taken at its stored starting state (a discrete adjoint: the
-    derivative of the computed solution, as `jax.grad` of the unrolled loop would be)."""
+    derivative of the computed solution, as `jax.grad` of the unrolled loop would be).
+
+    With an `event` the loop also returns where it stopped: the start `(t, t_low, w)` of
+    the step the event fired in and the bracket of its root. Outside the `custom_vjp` that
+    step's coefficients are computed again from its start, and the root is located on
+    them (`Events.finish`) by ordinary JAX operations, so reverse mode reaches the event's
+    time and state through them, and through that start into the backward walk."""
 
     def pieces(ts, args_in, y_like, p):
-        _, g, _ = real_problem(vector_field, y_like, args_in)
-        return _stepper(g, ts, p)
+        _, g, to_state = real_problem(vector_field, y_like, args_in)
+        step, remaining = _stepper(g, ts, p)
+        events = None
+        if event is not None:
+            dtype = jnp.result_type(ts)
+            events = Events(event, event_direction, args_in, to_state, ts, dtype, False)
+        return step, remaining, g, events
+
+    def march(ts, w0, diff_leaves, y_like, rebuild, p, trail):
+        step, remaining, g, events = pieces(ts, rebuild(diff_leaves), y_like, p)
+        saved, steps, trails, (t, t_low, w, watch) = _march(
+            step, remaining, ts, w0, max_steps, trail=trail, events=events, field=g, order=p
+        )
+        # Where the loop stopped (the event's step), without the coefficients `c`, which
+        # are computed again outside, where reverse mode can reach them.
+        end = () if watch is None else (t, t_low, w, watch._replace(c=None))
+        return saved, steps, trails, end
 
     def make(y0, args, p):
         leaves, tree = jax.tree.flatten(args)
@@ -220,21 +241,27 @@ def _reverse_solve(vector_field, tol, order, max_steps: int):
 
         @jax.custom_vjp
         def run(ts, w0, diff_leaves):
-            step, remaining = pieces(ts, rebuild(diff_leaves), y_like, p)
-            saved, steps, _, _ = _march(step, remaining, ts, w0, max_steps)
-            return saved, steps
+            saved, steps, _, end = march(ts, w0, diff_leaves, y_like, rebuild, p, False)
+            return saved, steps, end
 
         def run_fwd(ts, w0, diff_leaves):
-            step, remaining = pieces(ts, rebuild(diff_leaves), y_like, p)
-            saved, steps, trails, _ = _march(step, remaining, ts, w0, max_steps, trail=True)
-            return (saved, steps), (ts, w0, diff_leaves, steps, trails)
+            saved, steps, trails, end = march(ts, w0, diff_leaves, y_like, rebuild, p, True)
+            # The event's step stopped the loop at its start: no step to walk back.
+            fired = end[3].fired if end else False
+            back_from = steps - jnp.asarray(fired, steps.dtype)
+            return (saved, steps, end), (ts, w0, diff_leaves, back_from, trails)
 
         def run_bwd(residuals, cotangents):
             ts, w0, diff_leaves, steps, (t_trail, low_trail, w_trail) = residuals
             ct_saved = jnp.nan_to_num(cotangents[0])  # unreached times carry no gradient
+            zero = jnp.zeros((), w0.dtype)
+            ct_end = (zero, zero, jnp.zeros_like(w0))
+            if cotangents[2]:
+                # The event's time and state reach the loop through its last start.
+                ct_end = tuple(cotangents[2][:3])
 
             def one_step(ts, diff_leaves, t, t_low, w):
-                step, _ = pieces(ts, rebuild(diff_leaves), y_like, p)
+                step, *_ = pieces(ts, rebuild(diff_leaves), y_like, p)
                 return step(t, t_low, w)
 
             def back(state):
@@ -253,12 +280,9 @@ def _reverse_solve(vector_field, tol, order, max_steps: int):
                 ct_leaves = [a + b for a, b in zip(ct_leaves, d_leaves)]
                 return i, ct_t, ct_low, ct_w, ct_saved, ct_ts + d_ts, ct_leaves
 
-            zero = jnp.zeros((), w0.dtype)
             state = (
                 steps,
-                zero,
-                zero,
-                jnp.zeros_like(w0),
+                *ct_end,
                 ct_saved,
                 jnp.zeros_like(ts),
                 [jnp.zeros_like(leaf) for leaf in diff_leaves],
@@ -276,10 +300,18 @@ def _reverse_solve(vector_field, tol, order, max_steps: int):
         return run, diff_leaves
 
     def solve(ts, y0, args=None) -> Solution:
-        w0, _, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order)
+        w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order)
         run, diff_leaves = make(y0, args, p)
-        saved, steps = run(ts, w0, diff_leaves)
-        return Solution(jax.vmap(to_state)(saved), steps)
+        saved, steps, end = run(ts, w0, diff_leaves)
+        if not end:
+            return Solution(jax.vmap(to_state)(saved), steps)
+        t, t_low, w, watch = end
+        # The event's step again, differentiably (`_reverse_solve`'s docstring).
+        step, _ = _stepper(g, ts, p)
+        *_, c, _h = step(t, t_low, w)
+        events = Events(event, event_direction, args, to_state, ts, w0.dtype, False)
+        saved, t_event, w_event = events.finish(watch._replace(c=c), t, t_low, ts, saved)
+        return Solution(jax.vmap(to_state)(saved), steps, t_event, to_state(w_event), watch.fired)
 
     return solve
 
@@ -325,8 +357,8 @@ def integrate(
       after `ts[0]` where `event` changes sign along the solution (or reaches zero from
       either side), and `Solution` reports that time and state. A zero at `ts[0]` itself
       is not an event: the sign `event` takes just after `ts[0]` counts (a ball thrown up
-      from the ground lands). The saved times after the event stay NaN. Forward-mode gradients
-      only: the event time's derivative follows the implicit function theorem.
+      from the ground lands). The saved times after the event stay NaN. The event time's
+      derivative follows the implicit function theorem, in both `gradients` modes.
     - `event_direction`: which crossings fire the event: `1` where `event` goes up through
       zero as time increases, `-1` down, `0` (default) either (heyoka's convention, also
       when integrating backwards in time).
@@ -395,18 +427,13 @@ def integrate(
     if not isinstance(batch, bool):
         raise TypeError(f"`batch` must be True or False, got {batch!r}.")
     check_event(event, event_direction)
-    if gradients == "reverse" and event is not None:
-        raise ValueError(
-            "`event` supports forward-mode gradients only: pass `gradients='forward'` (the "
-            "default) and differentiate with `jax.jacfwd` or `jax.jvp`."
-        )
     if gradients == "reverse":
         if batch:
             raise ValueError(
                 "`batch=True` supports forward-mode gradients only: pass "
                 "`gradients='forward'`, or `jax.vmap` a reverse-mode solve over trajectories."
             )
-        return _reverse_solve(vector_field, tol, order, int(max_steps))
+        return _reverse_solve(vector_field, tol, order, int(max_steps), event, event_direction)
 
     def solve(ts, y0, args=None) -> Solution:
         w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order, batch)
@@ -414,7 +441,7 @@ def integrate(
         events = None
         if event is not None:
             events = Events(event, event_direction, args, to_state, ts, w0.dtype, batch)
-        saved, steps, _, (t, t_low, watch) = _march(
+        saved, steps, _, (t, t_low, _, watch) = _march(
             step, remaining, ts, w0, int(max_steps), batched=batch, events=events, field=g, order=p
         )
         if events is None:
