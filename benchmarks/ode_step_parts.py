@@ -1,14 +1,15 @@
 """Where a batch-mode step of `taylax.ode.integrate` spends its time.
 
 For `--trajectories` Kepler orbits (`bench_ode.kepler`, e = 0.5 +- 0.05 as in
-`bench_ode_ensemble.py`) in the batch layout (`integrate(..., batch=True)`: every array
-`(n, B)`), the steady-state minimum of `--rounds` calls, float64:
+`bench_ode_ensemble.py`) in the batch layout (`batch=True`: every array `(n, B)`), the
+steady-state minimum of `--rounds` calls, float64, public API only:
 
 - the whole solve over one period at `--tol`, per step;
-- one step (`_stepper`'s step, the coefficients and the polynomial's values);
-- the step's coefficients (`solution_series`, the doubling sweeps);
-- the passes the last sweep is made of: the field's pass of order K - 1 and the
-  Jacobian's of order about K / 2 (`_coefficients._pass`);
+- a step's coefficients (`taylax.ode.coefficients(..., batch=True)`, the doubling
+  sweeps), at the order the tolerance sets;
+- the passes the last sweep is made of (`taylax.jet` with normalized terms): the field's
+  of order K - 1 and its Jacobian's of order about K / 2 (one `jax.jvp` per state
+  component, broadcast over the batch, as the sweeps take it);
 - one evaluation of the field.
 
     python benchmarks/ode_step_parts.py                      # 4,096 orbits, tol 1e-13
@@ -18,6 +19,7 @@ For `--trajectories` Kepler orbits (`bench_ode.kepler`, e = 0.5 +- 0.05 as in
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import jax
@@ -29,14 +31,28 @@ jax.config.update("jax_enable_x64", True)
 import taylax  # noqa: E402
 from bench_ode import kepler  # noqa: E402
 from bench_ode_ensemble import ensemble  # noqa: E402
-from taylax.ode._coefficients import (  # noqa: E402
-    _pass,
-    _schedule,
-    batched_jacobian,
-    batched_problem,
-    solution_series,
-)
-from taylax.ode._integrate import _stepper, taylor_order  # noqa: E402
+
+
+def jacobian_field(t, y):
+    """`J[i, j, b] = d kepler_i / d y_j` for each trajectory b of `y` `(4, B)`: one
+    `jax.jvp` per basis vector, broadcast over the batch."""
+    n = y.shape[0]
+    basis = jnp.broadcast_to(jnp.eye(n, dtype=y.dtype)[:, :, None], (n, *y.shape))
+    columns = jax.vmap(lambda e: jax.jvp(lambda u: kepler(t, u, None), (y,), (e,))[1])(basis)
+    return jnp.swapaxes(columns, 0, 1)
+
+
+def one_pass(field, order: int):
+    """One Taylor pass of `field(t, y)` of `order` along a fixed polynomial in `y` (its
+    cost does not depend on the polynomial)."""
+
+    def run(t, y):
+        t_terms = [jnp.ones_like(t)] + [jnp.zeros_like(t)] * (order - 1)
+        y_terms = [y * (0.1 / (k + 1)) for k in range(order)]
+        f0, terms = taylax.jet(field, (t, y), (t_terms, y_terms), factorial_scaled=False)
+        return f0, terms
+
+    return run
 
 
 def best_ms(fn, *args, rounds: int) -> float:
@@ -58,37 +74,30 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
     y0 = jnp.asarray(ensemble(args.trajectories, 0.5, 0.05)).T  # (4, B)
-    w0, g, _ = batched_problem(kepler, y0, None)
     t0 = jnp.zeros(args.trajectories)
-    order = taylor_order(args.tol)
+    # Jorba and Zou's order, as `integrate` takes it; the last sweep's passes are of
+    # orders K - 1 and (K - 2) / 2 rounded up.
+    order = max(2, math.ceil(-math.log(args.tol) / 2 + 1))
+    half = -(-(order - 2) // 2)
     ts = jnp.array([0.0, 2 * np.pi])
-    # A fixed polynomial to run the passes along (their cost does not depend on it).
-    series = [w0] + [w0 * 0.1 / (k + 1) for k in range(order)]
-    known = _schedule(order)
-    half = known[-2] if len(known) > 1 else 0
-    step, _ = _stepper(g, ts, order, batched=True)
-    zero = jnp.zeros(args.trajectories)
 
     solve = jax.jit(taylax.ode.integrate(kepler, tol=args.tol, batch=True))
     sol = jax.block_until_ready(solve(ts, y0))
     steps = int(jnp.max(sol.steps))
     whole = best_ms(lambda y: solve(ts, y).ys, y0, rounds=max(3, args.rounds // 4))
+    coefficients = taylax.ode.coefficients(kepler, order, batch=True)
     parts = {
         f"the solve, per step ({steps} steps)": whole / steps,
-        "one step": best_ms(lambda t, w: step(t, zero, w)[:3], t0, w0, rounds=args.rounds),
-        f"its coefficients (order {order}, sweeps to {known})": best_ms(
-            lambda t, w: solution_series(g, t, w, order, True), t0, w0, rounds=args.rounds
-        ),
+        f"a step's coefficients (order {order})": best_ms(coefficients, t0, y0, rounds=args.rounds),
         f"the field's pass of order {order - 1}": best_ms(
-            lambda t, w: _pass(g, t, [w, *series[1:order]], order - 1), t0, w0, rounds=args.rounds
+            one_pass(lambda t, y: kepler(t, y, None), order - 1), t0, y0, rounds=args.rounds
         ),
         f"the Jacobian's pass of order {half}": best_ms(
-            lambda t, w: _pass(batched_jacobian(g), t, [w, *series[1 : half + 1]], half),
-            t0,
-            w0,
-            rounds=args.rounds,
+            one_pass(jacobian_field, half), t0, y0, rounds=args.rounds
         ),
-        "one evaluation of the field": best_ms(g, t0, w0, rounds=args.rounds),
+        "one evaluation of the field": best_ms(
+            lambda t, y: kepler(t, y, None), t0, y0, rounds=args.rounds
+        ),
     }
     print(
         f"Kepler, {args.trajectories} orbits in the batch layout, tol {args.tol:.0e}, "

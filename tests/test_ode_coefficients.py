@@ -157,6 +157,28 @@ def test_jit_vmap_and_grad():
         np.testing.assert_allclose(g, e, rtol=1e-11, atol=1e-11 * np.max(np.abs(e)))
 
 
+@pytest.mark.parametrize("name", ["lorenz", "forced pendulum"])
+def test_batch_layout_equals_vmap(name):
+    # `batch=True`: the trajectories as the last axis of every leaf, each at its own time.
+    # The same numbers as `jax.vmap` of the single-trajectory coefficients.
+    f, _, y0, args = FIELDS[name]
+    starts = jax.tree.map(lambda a: a + 0.1 * jnp.arange(4.0)[:, None], y0)  # (4, ...)
+    times = jnp.array([0.0, 0.3, -0.2, 1.1])
+    single = jax.jit(jax.vmap(lambda t, y: taylax.ode.coefficients(f, 9)(t, y, args)))(
+        times, starts
+    )
+    last = jax.tree.map(lambda a: jnp.moveaxis(a, 0, -1), starts)  # (..., 4)
+    got = jax.jit(taylax.ode.coefficients(f, 9, batch=True))(times, last, args)
+    expected = jax.tree.map(lambda a: jnp.moveaxis(a, 0, -1), single)  # (10, ..., 4)
+    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
+        assert g.shape == e.shape
+        np.testing.assert_allclose(g, e, rtol=1e-13, atol=1e-13)
+    # A scalar `t0` is every trajectory's.
+    same = jax.jit(taylax.ode.coefficients(f, 9, batch=True))(0.3, last, args)
+    for g, e in zip(jax.tree.leaves(same), jax.tree.leaves(single)):
+        np.testing.assert_allclose(g[..., 1], e[1], rtol=1e-13, atol=1e-13)
+
+
 def test_schedule_doubles_and_ends_at_the_order():
     for order in range(0, 70):
         known = _schedule(order)
@@ -190,6 +212,18 @@ def test_schedule_doubles_and_ends_at_the_order():
             "make `y0` complex",
         ),
         (lambda c: taylax.ode.coefficients(lambda t, y, a: y, -1), ValueError, "`order`"),
+        (
+            lambda c: taylax.ode.coefficients(lambda t, y, a: y, 3, batch=1),
+            TypeError,
+            "`batch` must be True or False",
+        ),
+        (
+            lambda c: taylax.ode.coefficients(lambda t, y, a: y, 3, batch=True)(
+                jnp.zeros(2), jnp.ones((3, 5))
+            ),
+            ValueError,
+            "With `batch=True`, `t0` must be a real scalar or a real array of shape",
+        ),
     ],
 )
 def test_clear_errors(call, error, words):

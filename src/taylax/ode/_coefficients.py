@@ -139,7 +139,7 @@ def _sweep(g, jac_g, t0, w, top: int) -> list:
     return w
 
 
-def coefficients(vector_field: Callable, order: int) -> Callable:
+def coefficients(vector_field: Callable, order: int, *, batch: bool = False) -> Callable:
     """Taylor coefficients of the solution of an ODE, in O(K^2) coefficient work.
 
     **Arguments:**
@@ -148,6 +148,11 @@ def coefficients(vector_field: Callable, order: int) -> Callable:
       in diffrax): any JAX function of a time, a state pytree of floating-point or
       complex arrays and anything else, returning a pytree shaped like the state.
     - `order`: the truncation order `K >= 0` (a Python integer).
+    - `batch`: many trajectories at once, as in `taylax.ode.integrate(..., batch=True)`:
+      every leaf of `y0` ends in an axis of B trajectories, `t0` is a scalar or a `(B,)`
+      array of their times, and `vector_field(t, y, args)` maps the trajectories apart
+      (with `t` a `(B,)` array). Every array of the Taylor passes then has the
+      trajectories as its minor axis, which XLA:CPU runs faster than `jax.vmap`'s layout.
 
     **Returns:** a function `(t0, y0, args=None) -> coefficients`, where `coefficients`
     has `y0`'s pytree structure with leaves stacked `(K + 1, *leaf.shape)`: entry `k` is
@@ -173,10 +178,17 @@ def coefficients(vector_field: Callable, order: int) -> Callable:
         ```
     """
     order = check_order(order)
+    if not isinstance(batch, bool):
+        raise TypeError(f"`batch` must be True or False, got {batch!r}.")
 
     def solution_coefficients(t0, y0, args=None):
-        w0, g, to_state = real_problem(vector_field, y0, args)
-        return jax.vmap(to_state)(solution_series(g, check_time(t0, w0.dtype, "t0"), w0, order))
+        if not batch:
+            w0, g, to_state = real_problem(vector_field, y0, args)
+            t0 = check_time(t0, w0.dtype, "t0")
+            return jax.vmap(to_state)(solution_series(g, t0, w0, order))
+        w0, g, to_state = batched_problem(vector_field, y0, args)
+        t0 = _batch_times(t0, w0.dtype, w0.shape[-1])
+        return jax.vmap(to_state)(solution_series(g, t0, w0, order, batched=True))
 
     return solution_coefficients
 
@@ -250,6 +262,18 @@ def check_time(t, dtype, name: str):
             f"`{name}` must be a real scalar time, got a {t.dtype} array of shape {t.shape}."
         )
     return t.astype(dtype)
+
+
+def _batch_times(t0, dtype, size: int):
+    """`t0` as the `(size,)` real times of a batch of trajectories (a scalar is every
+    trajectory's), or a clear error naming the argument."""
+    t0 = jnp.asarray(t0)
+    if t0.shape not in ((), (size,)) or jnp.issubdtype(t0.dtype, np.complexfloating):
+        raise ValueError(
+            f"With `batch=True`, `t0` must be a real scalar or a real array of shape "
+            f"({size},), one time per trajectory, got a {t0.dtype} array of shape {t0.shape}."
+        )
+    return jnp.broadcast_to(t0.astype(dtype), (size,))
 
 
 def horner(c, h):
