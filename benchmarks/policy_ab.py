@@ -70,20 +70,16 @@ def chains(args, pols) -> None:
                 jax.block_until_ready(c(t))
                 row[label] = (steady_ms(c, (t,), args.rounds, 5), time.perf_counter() - start)
 
-            if args.no_jet:
-                cells = ", ".join(
-                    f"{k} {ms:.2f} ms (first {s:.2f} s)" for k, (ms, s) in row.items()
-                )
-                print(f"chain {name} K={K}: {cells}", flush=True)
-                continue
+            if not args.no_jet:
 
-            def jet_run(t, f=f, K=K):
-                return jet.jet(f, (t,), ((jnp.ones_like(t),) + (jnp.zeros_like(t),) * (K - 1),))
+                def jet_run(t, f=f, K=K):
+                    zeros = (jnp.zeros_like(t),) * (K - 1)
+                    return jet.jet(f, (t,), ((jnp.ones_like(t),) + zeros,))
 
-            start = time.perf_counter()
-            c = jax.jit(jet_run).lower(t).compile()
-            jax.block_until_ready(c(t))
-            row["jet"] = (steady_ms(c, (t,), args.rounds, 5), time.perf_counter() - start)
+                start = time.perf_counter()
+                c = jax.jit(jet_run).lower(t).compile()
+                jax.block_until_ready(c(t))
+                row["jet"] = (steady_ms(c, (t,), args.rounds, 5), time.perf_counter() - start)
             cells = ", ".join(f"{k} {ms:.2f} ms (first {s:.2f} s)" for k, (ms, s) in row.items())
             print(f"chain {name} K={K}: {cells}", flush=True)
 

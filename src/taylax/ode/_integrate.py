@@ -202,15 +202,14 @@ def _reverse_solve(vector_field, tol, order, max_steps: int, event=None, event_d
 
     def pieces(ts, args_in, y_like, p):
         _, g, to_state = real_problem(vector_field, y_like, args_in)
-        step, remaining = _stepper(g, ts, p)
-        events = None
-        if event is not None:
-            dtype = jnp.result_type(ts)
-            events = Events(event, event_direction, args_in, to_state, ts, dtype, False)
-        return step, remaining, g, events
+        return (*_stepper(g, ts, p), g, to_state)
 
     def march(ts, w0, diff_leaves, y_like, rebuild, p, trail):
-        step, remaining, g, events = pieces(ts, rebuild(diff_leaves), y_like, p)
+        args_in = rebuild(diff_leaves)
+        step, remaining, g, to_state = pieces(ts, args_in, y_like, p)
+        events = None
+        if event is not None:
+            events = Events(event, event_direction, args_in, to_state, ts, w0.dtype, False)
         saved, steps, trails, (t, t_low, w, watch) = _march(
             step, remaining, ts, w0, max_steps, trail=trail, events=events, field=g, order=p
         )
