@@ -66,19 +66,26 @@ CLOSED = {
 }
 
 
+# "auto" computes these order by order (tests/test_ode_order_by_order.py); "doubling"
+# keeps the sweeps, which "auto" takes for fields without recurrences, checked too.
+METHODS = ["auto", "doubling"]
+
+
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("name", sorted(CLOSED))
 @pytest.mark.parametrize("order", [0, 1, 2, 3, 6, 40])
-def test_closed_forms(name, order):
+def test_closed_forms(name, order, method):
     f, solution, t0 = CLOSED[name]
     expected = mp_coefficients(solution, t0, order)
     y0 = jnp.asarray(expected[0] if name == "rotation" else expected[0].real)
-    got = jax.jit(taylax.ode.coefficients(f, order))(t0, y0)
+    got = jax.jit(taylax.ode.coefficients(f, order, method=method))(t0, y0)
     assert got.shape == (order + 1,) and got.dtype == y0.dtype
     assert_coefficients_close(got, expected if name == "rotation" else expected.real, 1e-13)
 
 
-def test_float32_tan_to_order_30():
-    got = jax.jit(taylax.ode.coefficients(lambda t, y, a: 1 + y**2, 30))(
+@pytest.mark.parametrize("method", METHODS)
+def test_float32_tan_to_order_30(method):
+    got = jax.jit(taylax.ode.coefficients(lambda t, y, a: 1 + y**2, 30, method=method))(
         jnp.float32(0.3), jnp.tan(jnp.float32(0.3))
     )
     assert got.dtype == jnp.float32
@@ -127,11 +134,12 @@ FIELDS = {
 }
 
 
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("name", sorted(FIELDS))
-def test_against_nested_lie_derivatives(name):
+def test_against_nested_lie_derivatives(name, method):
     f, t0, y0, args = FIELDS[name]
     # Both jitted: a nested-jvp program of order 6 runs op by op in seconds.
-    got = jax.jit(taylax.ode.coefficients(f, 6))(t0, y0, args)
+    got = jax.jit(taylax.ode.coefficients(f, 6, method=method))(t0, y0, args)
     expected = jax.jit(lambda t0, y0, args: lie_coefficients(f, t0, y0, args, 6))(t0, y0, args)
     assert jax.tree.structure(got) == jax.tree.structure(y0)
     assert_coefficients_close(got, expected, 1e-12)
@@ -157,24 +165,25 @@ def test_jit_vmap_and_grad():
         np.testing.assert_allclose(g, e, rtol=1e-11, atol=1e-11 * np.max(np.abs(e)))
 
 
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("name", ["lorenz", "forced pendulum"])
-def test_batch_layout_equals_vmap(name):
+def test_batch_layout_equals_vmap(name, method):
     # `batch=True`: the trajectories as the last axis of every leaf, each at its own time.
     # The same numbers as `jax.vmap` of the single-trajectory coefficients.
     f, _, y0, args = FIELDS[name]
     starts = jax.tree.map(lambda a: a + 0.1 * jnp.arange(4.0)[:, None], y0)  # (4, ...)
     times = jnp.array([0.0, 0.3, -0.2, 1.1])
-    single = jax.jit(jax.vmap(lambda t, y: taylax.ode.coefficients(f, 9)(t, y, args)))(
-        times, starts
-    )
+    single = jax.jit(
+        jax.vmap(lambda t, y: taylax.ode.coefficients(f, 9, method=method)(t, y, args))
+    )(times, starts)
     last = jax.tree.map(lambda a: jnp.moveaxis(a, 0, -1), starts)  # (..., 4)
-    got = jax.jit(taylax.ode.coefficients(f, 9, batch=True))(times, last, args)
+    got = jax.jit(taylax.ode.coefficients(f, 9, batch=True, method=method))(times, last, args)
     expected = jax.tree.map(lambda a: jnp.moveaxis(a, 0, -1), single)  # (10, ..., 4)
     for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
         assert g.shape == e.shape
         np.testing.assert_allclose(g, e, rtol=1e-13, atol=1e-13)
     # A scalar `t0` is every trajectory's.
-    same = jax.jit(taylax.ode.coefficients(f, 9, batch=True))(0.3, last, args)
+    same = jax.jit(taylax.ode.coefficients(f, 9, batch=True, method=method))(0.3, last, args)
     for g, e in zip(jax.tree.leaves(same), jax.tree.leaves(single)):
         np.testing.assert_allclose(g[..., 1], e[1], rtol=1e-13, atol=1e-13)
 

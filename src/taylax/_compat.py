@@ -92,6 +92,21 @@ custom_vjp_call_p = jex_prims.custom_vjp_call_p
 add_any_p = jex_prims.add_jaxvals_p
 device_put_p = jex_prims.device_put_p
 
+
+def call_body(eqn: JaxprEqn) -> tuple[Jaxpr, list] | None:
+    """`(jaxpr, consts)` of an equation that runs a program of its own inline (`jit`,
+    `closed_call`, `checkpoint`, and the primal functions of `custom_jvp_call` and
+    `custom_vjp_call`), else None."""
+    params = eqn.params
+    if eqn.primitive is jit_p:
+        return closed_parts(params["jaxpr"])
+    if eqn.primitive in (closed_call_p, custom_jvp_call_p, custom_vjp_call_p):
+        return closed_parts(params["call_jaxpr"])
+    if eqn.primitive is remat_p:
+        return params["jaxpr"], []
+    return None
+
+
 # The windowed "select the max, gather the tangent" primitive JAX itself uses for
 # the derivative of max pooling; reusing it matches nested jvp exactly.
 select_and_gather_add_p = jex_prims.select_and_gather_add_p

@@ -27,6 +27,7 @@ from jax.flatten_util import ravel_pytree
 
 from .._api import normalized_jet
 from .._programs import check_inexact, check_order
+from . import _order_by_order
 
 
 def _check_state(y0) -> None:
@@ -139,7 +140,9 @@ def _sweep(g, jac_g, t0, w, top: int) -> list:
     return w
 
 
-def coefficients(vector_field: Callable, order: int, *, batch: bool = False) -> Callable:
+def coefficients(
+    vector_field: Callable, order: int, *, batch: bool = False, method: str = "auto"
+) -> Callable:
     """Taylor coefficients of the solution of an ODE, in O(K^2) coefficient work.
 
     **Arguments:**
@@ -153,6 +156,14 @@ def coefficients(vector_field: Callable, order: int, *, batch: bool = False) -> 
       array of their times, and `vector_field(t, y, args)` maps the trajectories apart
       (with `t` a `(B,)` array). Every array of the Taylor passes then has the
       trajectories as its minor axis, which XLA:CPU runs faster than `jax.vmap`'s layout.
+    - `method`: `"order_by_order"` evaluates the vector field's program one coefficient at
+      a time, which needs a recurrence for each of its primitives: arithmetic, powers,
+      exp, log, trigonometric and hyperbolic functions, `atan`, `dot_general`, `abs`,
+      `max`, `min`, `clamp`, selections and every linear or structural primitive, through
+      `jax.jit`, `custom_jvp` (whose primal function it follows) and `custom_vjp`.
+      `"doubling"` takes any function taylax can differentiate (control flow, linear
+      algebra, special functions), by Newton sweeps that double the known order. `"auto"`
+      (default): order by order where the field allows it, else doubling.
 
     **Returns:** a function `(t0, y0, args=None) -> coefficients`, where `coefficients`
     has `y0`'s pytree structure with leaves stacked `(K + 1, *leaf.shape)`: entry `k` is
@@ -160,11 +171,16 @@ def coefficients(vector_field: Callable, order: int, *, batch: bool = False) -> 
     `y(t0) = y0`, so that `y(t0 + h) ~ sum_k y_k h^k`. It works under `jax.jit`,
     `jax.vmap` and `jax.grad` (with respect to `y0`, `t0` and the arrays in `args`).
 
-    The math: `y_{k+1} = F_k / (k + 1)` with `F(s) = f(t0 + s, y(s), args)`. Rather than
-    one pass per order, each sweep doubles the known order by Newton's method on the
-    series: a Taylor pass of `f` along the known polynomial, corrected by the Jacobian's
-    coefficients along it for the orders not yet known (see `taylax/ode/_coefficients.py`).
-    About log2(K) sweeps; the last, of order K - 1, dominates the cost.
+    The math: `y_{k+1} = F_k / (k + 1)` with `F(s) = f(t0 + s, y(s), args)`, and `F_k`
+    depends on `y_0..y_k` only. Order by order, every equation of `f`'s program adds its
+    coefficient k from the known ones (`c_k = sum_j a_j b_{k-j}` for `c = a b`,
+    `e_k = sum_{j >= 1} (j / k) x_j e_{k-j}` for `e = exp(x)`, ...): O(k) work per
+    equation and order (`taylax/ode/_order_by_order.py`). Doubling: each sweep doubles
+    the known order by Newton's method on the series, a Taylor pass of `f` along the
+    known polynomial corrected by the Jacobian's coefficients along it for the orders not
+    yet known (`taylax/ode/_coefficients.py`); about log2(K) sweeps, the last of order
+    K - 1. Both cost O(K^2); order by order has no Jacobian and is 3-30x faster
+    (docs/ODE.md).
 
     !!! Example
 
@@ -180,15 +196,16 @@ def coefficients(vector_field: Callable, order: int, *, batch: bool = False) -> 
     order = check_order(order)
     if not isinstance(batch, bool):
         raise TypeError(f"`batch` must be True or False, got {batch!r}.")
+    check_method(method)
 
     def solution_coefficients(t0, y0, args=None):
         if not batch:
             w0, g, to_state = real_problem(vector_field, y0, args)
             t0 = check_time(t0, w0.dtype, "t0")
-            return jax.vmap(to_state)(solution_series(g, t0, w0, order))
+            return jax.vmap(to_state)(solution_series(g, t0, w0, order, method=method))
         w0, g, to_state = batched_problem(vector_field, y0, args)
         t0 = _batch_times(t0, w0.dtype, w0.shape[-1])
-        return jax.vmap(to_state)(solution_series(g, t0, w0, order, batched=True))
+        return jax.vmap(to_state)(solution_series(g, t0, w0, order, True, method))
 
     return solution_coefficients
 
@@ -309,12 +326,39 @@ def batched_jacobian(g):
     return jac_g
 
 
-def solution_series(g, t0, w0, order: int, batched: bool = False):
-    """Coefficients `w_0..w_order` of the solution of `w' = g(t, w)` through `w(t0) = w0`,
-    stacked `(order + 1, n)`, by the sweeps of this module's docstring. `batched`: `w0`
-    is `(n, B)`, B trajectories along the minor axis that `g` maps apart, and `t0` their
-    times `(B,)`; the coefficients are then `(order + 1, n, B)`."""
+METHODS = ("auto", "order_by_order", "doubling")
 
+
+def check_method(method, name: str = "method") -> str:
+    """`method` if it names a way to the coefficients, else a clear error."""
+    if method not in METHODS:
+        raise ValueError(
+            f"`{name}` must be one of {', '.join(repr(m) for m in METHODS)}, got {method!r}."
+        )
+    return method
+
+
+def solution_series(g, t0, w0, order: int, batched: bool = False, method: str = "auto"):
+    """Coefficients `w_0..w_order` of the solution of `w' = g(t, w)` through `w(t0) = w0`,
+    stacked `(order + 1, n)`. `batched`: `w0` is `(n, B)`, B trajectories along the minor
+    axis that `g` maps apart, and `t0` their times `(B,)`; the coefficients are then
+    `(order + 1, n, B)`.
+
+    `method`: `"order_by_order"` evaluates `g`'s program one coefficient at a time
+    (`_order_by_order.py`; every primitive of `g` needs a recurrence there),
+    `"doubling"` runs the sweeps of this module's docstring (any program taylax can
+    differentiate), and `"auto"` the first where it applies (3-30x faster, docs/ODE.md).
+    """
+    if method != "doubling":
+        missing = _order_by_order.unsupported_primitive(g, t0, w0)
+        if missing is None:
+            return _order_by_order.solution_series(g, t0, w0, order)
+        if method == "order_by_order":
+            raise ValueError(
+                "`method='order_by_order'` needs a recurrence for every primitive of the "
+                f"vector field, and taylax has none for `{missing}`: use `method='auto'` "
+                "(or 'doubling'), which computes these coefficients by doubling sweeps."
+            )
     jac_g = batched_jacobian(g) if batched else jax.jacfwd(g, argnums=1)
     w = [w0]
     for top in _schedule(order):

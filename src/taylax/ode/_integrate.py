@@ -21,7 +21,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._coefficients import at_times, batched_problem, horner, real_problem, solution_series
+from ._coefficients import (
+    at_times,
+    batched_problem,
+    check_method,
+    horner,
+    real_problem,
+    solution_series,
+)
 from ._events import Events, check_event
 
 
@@ -86,12 +93,13 @@ def _step_size(c, order: int):
     return rho * math.exp(-2.0 - 0.7 / (order - 1))
 
 
-def _stepper(g, ts, order: int, batched: bool = False):
+def _stepper(g, ts, order: int, batched: bool = False, method: str = "auto"):
     """One step from `(t, t_low, w)`: the next `(t, t_low, w)`, the step's polynomial at
     every `ts`, which of `ts` lie inside the step, the step's coefficients `c` and its size
     `h >= 0`; and the time left to `ts[-1]`.
     `batched`: `t`, `t_low` are `(B,)` and `w` is `(n, B)`, B trajectories stepping at
-    once, each with its own step (0 once it has reached `ts[-1]`)."""
+    once, each with its own step (0 once it has reached `ts[-1]`). `method`: how the
+    coefficients are computed (`solution_series`)."""
     t_end = ts[-1]
     direction = jnp.where(t_end >= ts[0], 1.0, -1.0).astype(ts.dtype)
 
@@ -99,7 +107,7 @@ def _stepper(g, ts, order: int, batched: bool = False):
         return direction * ((t_end - t) - t_low)
 
     def step(t, t_low, w):
-        c = solution_series(g, t, w, order, batched)
+        c = solution_series(g, t, w, order, batched, method)
         left = remaining(t, t_low)
         h = jnp.minimum(_step_size(c, order), left)
         offsets, values = at_times(c, ts, t, t_low)
@@ -189,7 +197,9 @@ def _march(
     return saved, steps, trails, (t, t_low, w, watch)
 
 
-def _reverse_solve(vector_field, tol, order, max_steps: int, event=None, event_direction=0):
+def _reverse_solve(
+    vector_field, tol, order, max_steps: int, event=None, event_direction=0, method="auto"
+):
     """`solve` for reverse mode: a `jax.custom_vjp` whose backward pass walks the steps
     back, each step's vjp taken at its stored starting state (a discrete adjoint: the
     derivative of the computed solution, as `jax.grad` of the unrolled loop would be).
@@ -202,7 +212,7 @@ def _reverse_solve(vector_field, tol, order, max_steps: int, event=None, event_d
 
     def pieces(ts, args_in, y_like, p):
         _, g, to_state = real_problem(vector_field, y_like, args_in)
-        return (*_stepper(g, ts, p), g, to_state)
+        return (*_stepper(g, ts, p, method=method), g, to_state)
 
     def march(ts, w0, diff_leaves, y_like, rebuild, p, trail):
         args_in = rebuild(diff_leaves)
@@ -306,7 +316,7 @@ def _reverse_solve(vector_field, tol, order, max_steps: int, event=None, event_d
             return Solution(jax.vmap(to_state)(saved), steps)
         t, t_low, w, watch = end
         # The event's step again, differentiably (`_reverse_solve`'s docstring).
-        step, _ = _stepper(g, ts, p)
+        step, _ = _stepper(g, ts, p, method=method)
         *_, c, _h = step(t, t_low, w)
         events = Events(event, event_direction, args, to_state, ts, w0.dtype, False)
         saved, t_event, w_event = events.finish(watch._replace(c=c), t, t_low, ts, saved)
@@ -325,6 +335,7 @@ def integrate(
     batch: bool = False,
     event: Callable | None = None,
     event_direction: int = 0,
+    coefficients: str = "auto",
 ) -> Callable:
     """Solve `y' = f(t, y, args)` with an adaptive Taylor method, saving at given times.
 
@@ -361,6 +372,9 @@ def integrate(
     - `event_direction`: which crossings fire the event: `1` where `event` goes up through
       zero as time increases, `-1` down, `0` (default) either (heyoka's convention, also
       when integrating backwards in time).
+    - `coefficients`: how each step's Taylor coefficients are computed, as
+      `taylax.ode.coefficients`' `method`: `"auto"` (default), `"order_by_order"` or
+      `"doubling"`.
 
     **Returns:** a function `(ts, y0, args=None) -> Solution` where `ts` is a 1-D array of
     times in increasing or decreasing order, `ts[0]` the initial time, and `y0` the state
@@ -426,17 +440,20 @@ def integrate(
     if not isinstance(batch, bool):
         raise TypeError(f"`batch` must be True or False, got {batch!r}.")
     check_event(event, event_direction)
+    check_method(coefficients, "coefficients")
     if gradients == "reverse":
         if batch:
             raise ValueError(
                 "`batch=True` supports forward-mode gradients only: pass "
                 "`gradients='forward'`, or `jax.vmap` a reverse-mode solve over trajectories."
             )
-        return _reverse_solve(vector_field, tol, order, int(max_steps), event, event_direction)
+        return _reverse_solve(
+            vector_field, tol, order, int(max_steps), event, event_direction, coefficients
+        )
 
     def solve(ts, y0, args=None) -> Solution:
         w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order, batch)
-        step, remaining = _stepper(g, ts, p, batch)
+        step, remaining = _stepper(g, ts, p, batch, coefficients)
         events = None
         if event is not None:
             events = Events(event, event_direction, args, to_state, ts, w0.dtype, batch)
