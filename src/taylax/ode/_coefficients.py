@@ -2,18 +2,25 @@
 
 The solution's coefficients are known one order at a time: `y_{k+1} = F_k / (k + 1)`,
 where `F(s) = f(t0 + s, y(s), args)` and `F_k` depends on `y_0..y_k` only. Evaluating
-that recurrence with whole-series passes costs a pass per order, O(K^3) in all. Here the
-known order doubles each sweep instead (Newton's method on the series, as in Brent and
-Kung's algorithms for power series): with `y_0..y_m` known, write the solution as
-`y = p + z` with `p` the known polynomial and `z = O(s^(m+1))`. Then
+that recurrence with whole-series passes costs a pass per order, O(K^3) in all. Two ways
+to O(K^2), chosen by `solution_series`:
 
-    F = f(t, p) + J(s) z + O(s^(2m+2)),     J(s) = df/dy (t0 + s, p(s)),
+- order by order (`_order_by_order.py`): the field's program evaluated one coefficient
+  at a time, each primitive by its own recurrence. No Jacobian and no repeated pass, so
+  it is the faster where it applies (3-30x, docs/ODE.md); it needs a recurrence for every
+  primitive of the field.
+- doubling (here), for any field taylax can differentiate: the known order doubles each
+  sweep (Newton's method on the series, as in Brent and Kung's algorithms for power
+  series). With `y_0..y_m` known, write the solution as `y = p + z` with `p` the known
+  polynomial and `z = O(s^(m+1))`. Then
 
-so one pass of `f` along `p` (to order 2m + 1) and one pass of its Jacobian `df/dy`
-along `p` (to order m) give `y_{m+1}..y_{2m+2}` by a linear recurrence. About log2(K)
-sweeps, planned backwards from K so that the last one doubles fully; its passes, of
-orders K - 1 and about K / 2, dominate: O(K^2) coefficient work in all, times about
-(1 + n / 4) for a state of n numbers (the Jacobian's n columns at half the order).
+      F = f(t, p) + J(s) z + O(s^(2m+2)),     J(s) = df/dy (t0 + s, p(s)),
+
+  so one pass of `f` along `p` (to order 2m + 1) and one pass of its Jacobian `df/dy`
+  along `p` (to order m) give `y_{m+1}..y_{2m+2}` by a linear recurrence. About log2(K)
+  sweeps, planned backwards from K so that the last one doubles fully; its passes, of
+  orders K - 1 and about K / 2, dominate: O(K^2) coefficient work in all, times about
+  (1 + n / 4) for a state of n numbers (the Jacobian's n columns at half the order).
 """
 
 from __future__ import annotations
@@ -138,6 +145,18 @@ def _sweep(g, jac_g, t0, w, top: int) -> list:
                 rhs = rhs + jnp.einsum("inj,ij->n", jac[: k - m], z)
         w.append(rhs / (k + 1))
     return w
+
+
+METHODS = ("auto", "order_by_order", "doubling")
+
+
+def check_method(method, name: str = "method") -> str:
+    """`method` if it names a way to the coefficients, else a clear error."""
+    if method not in METHODS:
+        raise ValueError(
+            f"`{name}` must be one of {', '.join(repr(m) for m in METHODS)}, got {method!r}."
+        )
+    return method
 
 
 def coefficients(
@@ -324,18 +343,6 @@ def batched_jacobian(g):
         return jnp.swapaxes(columns, 0, 1)
 
     return jac_g
-
-
-METHODS = ("auto", "order_by_order", "doubling")
-
-
-def check_method(method, name: str = "method") -> str:
-    """`method` if it names a way to the coefficients, else a clear error."""
-    if method not in METHODS:
-        raise ValueError(
-            f"`{name}` must be one of {', '.join(repr(m) for m in METHODS)}, got {method!r}."
-        )
-    return method
 
 
 def solution_series(g, t0, w0, order: int, batched: bool = False, method: str = "auto"):

@@ -4,7 +4,8 @@ Importing this module imports diffrax: `taylax.ode.Taylor` loads it on first acc
 `taylax/ode/__init__.py`), so that taylax itself never needs diffrax.
 
 Each step takes the coefficients `y_0..y_K` of the solution through the step's start
-from `taylax.ode`'s doubling sweeps (`solution_series`), and returns:
+from `taylax.ode.coefficients`' way (`solution_series`: order by order where every
+primitive of the field has a recurrence, else the doubling sweeps), and returns:
 
 - the next state `sum_k y_k h^k` (Horner), an order-K method: local error O(h^(K+1));
 - the error estimate `y_K h^K`, per component: the difference between the order-K and

@@ -91,35 +91,54 @@ def _sub(x, y):
     return -y if x is None else x - y
 
 
-def _convolution(a: Coefficients, b: Coefficients, k: int, low: int = 0, high=None, weight=None):
-    """`sum_{j = low..high} weight(j) a_j b_{k-j}` (`high` defaults to k), None if every
-    term is zero."""
+def _sum(terms: list):
+    """The sum of `terms` (None if there are none), added pairwise: the same work as a
+    running sum, but a dependency chain of log2(n) additions instead of n, which keeps
+    the scalar code XLA:CPU writes for one trajectory from waiting on each add."""
+    while len(terms) > 1:
+        pairs = [terms[i] + terms[i + 1] for i in range(0, len(terms) - 1, 2)]
+        terms = pairs + terms[len(pairs) * 2 :]
+    return terms[0] if terms else None
+
+
+def _convolution(a: Coefficients, b: Coefficients, k: int, low: int = 0, high=None):
+    """`sum_{j = low..high} a_j b_{k-j}` (`high` defaults to k), None if every term is
+    zero."""
     high = k if high is None else high
-    out = None
+    terms = []
     for j in range(low, high + 1):
         x, y = _coefficient(a, j), _coefficient(b, k - j)
-        if x is None or y is None:
-            continue
-        term = x * y if weight is None else (x * y) * weight(j)
-        out = _add(out, term)
-    return out
+        if x is not None and y is not None:
+            terms.append(x * y)
+    return _sum(terms)
 
 
-def _integral(x: Coefficients, y: Coefficients, k: int, scale=1.0):
-    """Coefficient k of the series `u` with `u' = scale x' y`: `sum_{j >= 1} (scale j / k)
-    x_j y_{k-j}` (exp's, sin's, tanh's, ... recurrence)."""
-    return _convolution(x, y, k, low=1, weight=lambda j: scale * j / k)
+def _slopes(x: Coefficients, memo: dict, k: int, key: str = "slopes") -> Coefficients:
+    """`j x_j` for j = 0..k (the series of `s x'(s)`), kept in `memo` from order to order
+    so that each is one multiplication in all, not one per later order."""
+    slopes = memo.setdefault(key, [None])
+    for j in range(len(slopes), k + 1):
+        x_j = _coefficient(x, j)
+        slopes.append(None if x_j is None else j * x_j)
+    return slopes
+
+
+def _integral(x: Coefficients, y: Coefficients, k: int, memo: dict, scale=1.0, key="slopes"):
+    """Coefficient k of the series `u` with `u' = scale x' y`: `(scale / k) sum_{j >= 1}
+    j x_j y_{k-j}` (exp's, sin's, tanh's, ... recurrence)."""
+    total = _convolution(_slopes(x, memo, k, key), y, k, low=1)
+    return None if total is None else total * (scale / k)
 
 
 def _power(x: Coefficients, y: Coefficients, k: int, p):
     """Coefficient k of `y = x^p` from `x y' = p x' y`:
     `y_k = sum_{j=1..k} (p j - (k - j)) x_j y_{k-j} / (k x_0)`."""
-    out = None
+    terms = []
     for j in range(1, k + 1):
         xj, yj = _coefficient(x, j), _coefficient(y, k - j)
-        if xj is None or yj is None:
-            continue
-        out = _add(out, (p * j - (k - j)) * (xj * yj))
+        if xj is not None and yj is not None:
+            terms.append((p * j - (k - j)) * (xj * yj))
+    out = _sum(terms)
     return None if out is None else out / (k * x[0])
 
 
@@ -150,12 +169,12 @@ def _square(k, ins, out, eqn, memo):
 
 def _dot_general(k, ins, out, eqn, memo):
     a, b = ins
-    total = None
+    terms = []
     for j in range(k + 1):
         x, y = _coefficient(a, j), _coefficient(b, k - j)
         if x is not None and y is not None:
-            total = _add(total, _compat.bind_equation(eqn, [x, y]))
-    return total
+            terms.append(_compat.bind_equation(eqn, [x, y]))
+    return _sum(terms)
 
 
 def _div(k, ins, out, eqn, memo):
@@ -205,38 +224,38 @@ def _pow(k, ins, out, eqn, memo):
         memo["log"] = [jnp.log(x[0])]
         memo["exponent"] = [p[0] * memo["log"][0]]
     log, exponent = memo["log"], memo["exponent"]
-    _grow(log, k, _logarithm(x, log, k, x[0]))
+    _grow(log, k, _logarithm(x, log, k, x[0], memo, "log slopes"))
     _grow(exponent, k, _convolution(p, log, k))
-    return _integral(exponent, out, k)
+    return _integral(exponent, out, k, memo)
 
 
 def _exp(k, ins, out, eqn, memo):
-    return _integral(ins[0], out, k)
+    return _integral(ins[0], out, k, memo)
 
 
 def _exp2(k, ins, out, eqn, memo):
-    return _integral(ins[0], out, k, scale=float(np.log(2.0)))
+    return _integral(ins[0], out, k, memo, scale=float(np.log(2.0)))
 
 
 def _expm1(k, ins, out, eqn, memo):
     # expm1' = x' (expm1 + 1)
-    return _integral(ins[0], [out[0] + 1, *out[1:]], k)
+    return _integral(ins[0], [out[0] + 1, *out[1:]], k, memo)
 
 
-def _logarithm(x: Coefficients, log: Coefficients, k: int, x0):
+def _logarithm(x: Coefficients, log: Coefficients, k: int, x0, memo: dict, key="slopes"):
     """Coefficient k of `log(x)` (with `x_0` given as `x0`), from `x log' = x'`:
     `(x_k - sum_{j=1..k-1} (j / k) log_j x_{k-j}) / x_0`."""
-    rest = _convolution(log, x, k, low=1, high=k - 1, weight=lambda j: j / k)
-    numerator = _sub(_coefficient(x, k), rest)
+    rest = _convolution(_slopes(log, memo, k - 1, key), x, k, 1, k - 1)
+    numerator = _sub(_coefficient(x, k), None if rest is None else rest * (1 / k))
     return None if numerator is None else numerator / x0
 
 
 def _log(k, ins, out, eqn, memo):
-    return _logarithm(ins[0], out, k, ins[0][0])
+    return _logarithm(ins[0], out, k, ins[0][0], memo)
 
 
 def _log1p(k, ins, out, eqn, memo):
-    return _logarithm(ins[0], out, k, ins[0][0] + 1)
+    return _logarithm(ins[0], out, k, ins[0][0] + 1, memo)
 
 
 def _pair(kind: str):
@@ -252,8 +271,8 @@ def _pair(kind: str):
                 memo["pair"] = ([first(x[0])], [second(x[0])])
             s, c = memo["pair"]
             if len(s) <= k:
-                s_k = _integral(x, c, k)
-                _grow(c, k, _integral(x, s, k, scale=sign))
+                s_k = _integral(x, c, k, memo)
+                _grow(c, k, _integral(x, s, k, memo, scale=sign))
                 _grow(s, k, s_k)
             return (s, c)[index][k]
 
@@ -276,7 +295,7 @@ def _riccati(kind: str):
             one = jnp.ones_like(out[0]) if m == 0 else None
             value = _sub(one, square) if kind == "tanh" else _add(one, square)
         factor.append(value)
-        return _integral(ins[0], factor, k)
+        return _integral(ins[0], factor, k, memo)
 
     return rule
 
@@ -292,7 +311,7 @@ def _atan(k, ins, out, eqn, memo):
     if m > 0:
         _grow(base, m, _convolution(x, x, m))
         _grow(reciprocal, m, _quotient(None, base, reciprocal, m))
-    return _integral(x, reciprocal, k)
+    return _integral(x, reciprocal, k, memo)
 
 
 def _abs(k, ins, out, eqn, memo):
