@@ -5,9 +5,10 @@ For `--trajectories` Kepler orbits (`bench_ode.kepler`, e = 0.5 +- 0.05 as in
 steady-state minimum of `--rounds` calls, float64, public API only:
 
 - the whole solve over one period at `--tol`, per step;
-- a step's coefficients (`taylax.ode.coefficients(..., batch=True)`, the doubling
-  sweeps), at the order the tolerance sets;
-- the passes the last sweep is made of (`taylax.jet` with normalized terms): the field's
+- a step's coefficients (`taylax.ode.coefficients(..., batch=True)`), at the order the
+  tolerance sets, order by order (what `integrate` takes for this field) and by the
+  doubling sweeps;
+- the passes the doubling's last sweep is made of (`taylax.jet` with normalized terms): the field's
   of order K - 1 and its Jacobian's of order about K / 2 (one `jax.jvp` per state
   component, broadcast over the batch, as the sweeps take it);
 - one evaluation of the field.
@@ -85,10 +86,13 @@ def main() -> None:
     sol = jax.block_until_ready(solve(ts, y0))
     steps = int(jnp.max(sol.steps))
     whole = best_ms(lambda y: solve(ts, y).ys, y0, rounds=max(3, args.rounds // 4))
-    coefficients = taylax.ode.coefficients(kepler, order, batch=True)
-    parts = {
-        f"the solve, per step ({steps} steps)": whole / steps,
-        f"a step's coefficients (order {order})": best_ms(coefficients, t0, y0, rounds=args.rounds),
+    parts = {f"the solve, per step ({steps} steps)": whole / steps}
+    for method in ("order_by_order", "doubling"):
+        coefficients = taylax.ode.coefficients(kepler, order, batch=True, method=method)
+        parts[f"a step's coefficients (order {order}, {method.replace('_', ' ')})"] = best_ms(
+            coefficients, t0, y0, rounds=args.rounds
+        )
+    parts |= {
         f"the field's pass of order {order - 1}": best_ms(
             one_pass(lambda t, y: kepler(t, y, None), order - 1), t0, y0, rounds=args.rounds
         ),
