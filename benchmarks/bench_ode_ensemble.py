@@ -13,7 +13,9 @@ tolerance `--tol`, float64.
   `jax.jit(jax.vmap(taylax.ode.integrate(kepler, tol=tol), in_axes=(None, 0)))`; both step
   every trajectory at once, the loop running until the last one is done;
 - heyoka: `heyoka.taylor_adaptive_batch` (its SIMD batch mode, `--heyoka-batch` lanes,
-  one thread), chunk by chunk, its default order for the tolerance.
+  one thread), chunk by chunk, its default order for the tolerance;
+- with `--dopri8-tols`, diffrax's `Dopri8` (PID controller at `rtol = atol = tol`)
+  under `jax.vmap`, at each of those tolerances: a comparison at equal achieved error.
 
 Time: the second call for taylax (the first, which traces and compiles, is reported
 apart); `propagate_until` of fresh copies for heyoka. Errors: median, 90th percentile and
@@ -22,6 +24,8 @@ maximum over the ensemble. The table goes to
 
     python benchmarks/bench_ode_ensemble.py                      # 64 orbits of e ~ 0.9, 100 periods
     python benchmarks/bench_ode_ensemble.py --orbits 1000 --trajectories 32
+    python benchmarks/bench_ode_ensemble.py --orbits 1 --trajectories 4096 --e 0.5 \
+        --spread 0.05 --tol 1e-13 --dopri8-tols 1e-13,1e-14,1e-15
 """
 
 from __future__ import annotations
@@ -118,6 +122,35 @@ def run_heyoka(y0s, tol, t_end, lanes):
     return elapsed, first, np.asarray(steps[:n]), *errors(y_end, y0s)
 
 
+def run_dopri8(y0s, tol, t_end):
+    """diffrax's `Dopri8` with a PID controller at `rtol = atol = tol`, under `jax.vmap`
+    over the trajectories (each keeps its own steps)."""
+    import diffrax
+
+    def solve_one(y0):
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(kepler),
+            diffrax.Dopri8(),
+            0.0,
+            t_end,
+            None,
+            y0,
+            stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
+            max_steps=10_000_000,
+        )
+        return sol.ys[-1], sol.stats["num_accepted_steps"]
+
+    solve = jax.jit(jax.vmap(solve_one))
+    y0 = jnp.asarray(y0s)
+    begin = time.perf_counter()
+    jax.block_until_ready(solve(y0))
+    first = time.perf_counter() - begin
+    begin = time.perf_counter()
+    y_end, steps = jax.block_until_ready(solve(y0))
+    elapsed = time.perf_counter() - begin
+    return elapsed, first, np.asarray(steps), *errors(y_end, y0s)
+
+
 def _summary(values) -> str:
     q = np.quantile(values, [0.5, 0.9])
     return f"{q[0]:.1e} / {q[1]:.1e} / {np.max(values):.1e}"
@@ -131,7 +164,13 @@ def main() -> None:
     parser.add_argument("--spread", type=float, default=0.01)
     parser.add_argument("--tol", type=float, default=1e-14)
     parser.add_argument("--heyoka-batch", type=int, default=4)
+    parser.add_argument(
+        "--dopri8-tols",
+        default="",
+        help="comma-separated tolerances at which to run diffrax's Dopri8 under jax.vmap too",
+    )
     args = parser.parse_args()
+    dopri8_tols = [float(t) for t in args.dopri8_tols.split(",") if t]
     y0s = ensemble(args.trajectories, args.e, args.spread)
     t_end = args.orbits * 2 * np.pi
     lines = [
@@ -139,7 +178,9 @@ def main() -> None:
         f"{args.orbits} periods, tol {args.tol:.0e}, float64, jax {jax.__version__}, "
         f"{jax.devices()[0].device_kind}. Command: `python benchmarks/bench_ode_ensemble.py "
         f"--orbits {args.orbits} --trajectories {args.trajectories} --e {args.e} "
-        f"--spread {args.spread} --tol {args.tol:.0e}`.",
+        f"--spread {args.spread} --tol {args.tol:.0e}"
+        + (f" --dopri8-tols {args.dopri8_tols}" if dopri8_tols else "")
+        + "`.",
         "",
         "| contender | time (s) | first call (s) | steps (median) | final-state error "
         "(median / 90% / max) | energy error (median / 90% / max) |",
@@ -152,6 +193,8 @@ def main() -> None:
             y0s, args.tol, t_end, args.heyoka_batch
         ),
     }
+    for tol in dopri8_tols:
+        runs[f"diffrax Dopri8 (vmap, tol {tol:.0e})"] = lambda tol=tol: run_dopri8(y0s, tol, t_end)
     medians = {}
     for name, run in runs.items():
         elapsed, first, steps, state, energy_error = run()
@@ -161,7 +204,7 @@ def main() -> None:
             f"{_summary(state)} | {_summary(energy_error)} |"
         )
         print(lines[-1], flush=True)
-    ours, theirs = medians["taylax (batch=True)"], list(medians.values())[-1]
+    ours, theirs = medians["taylax (batch=True)"], medians[f"heyoka (batch of {args.heyoka_batch})"]
     lines += ["", f"Median final-state error, taylax (batch) / heyoka: {ours / theirs:.2f}."]
     text = "\n".join(lines) + "\n"
     print(text)
