@@ -89,13 +89,13 @@ def run_heyoka(e, tol, t_end):
     return elapsed, first, steps, *errors(fresh.state, y0)
 
 
-def run_diffrax(e, tol, t_end, solver=None):
+def diffrax_kepler(tol, t_end, solver=None):
+    """`y0 -> (y(t_end), accepted steps)` for Kepler's problem by diffrax's `solver`
+    (default `Dopri8`) with a PID controller at `rtol = atol = tol`."""
     import diffrax
 
-    y0 = start(e)
     solver = diffrax.Dopri8() if solver is None else solver
 
-    @jax.jit
     def solve(y0):
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(kepler),
@@ -109,6 +109,12 @@ def run_diffrax(e, tol, t_end, solver=None):
         )
         return sol.ys[-1], sol.stats["num_accepted_steps"]
 
+    return solve
+
+
+def run_diffrax(e, tol, t_end, solver=None):
+    y0 = start(e)
+    solve = jax.jit(diffrax_kepler(tol, t_end, solver))
     begin = time.perf_counter()
     jax.block_until_ready(solve(jnp.asarray(y0)))
     first = time.perf_counter() - begin

@@ -42,7 +42,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import taylax  # noqa: E402
-from bench_ode import kepler  # noqa: E402
+from bench_ode import diffrax_kepler, kepler  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -125,22 +125,7 @@ def run_heyoka(y0s, tol, t_end, lanes):
 def run_dopri8(y0s, tol, t_end):
     """diffrax's `Dopri8` with a PID controller at `rtol = atol = tol`, under `jax.vmap`
     over the trajectories (each keeps its own steps)."""
-    import diffrax
-
-    def solve_one(y0):
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(kepler),
-            diffrax.Dopri8(),
-            0.0,
-            t_end,
-            None,
-            y0,
-            stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
-            max_steps=10_000_000,
-        )
-        return sol.ys[-1], sol.stats["num_accepted_steps"]
-
-    solve = jax.jit(jax.vmap(solve_one))
+    solve = jax.jit(jax.vmap(diffrax_kepler(tol, t_end)))
     y0 = jnp.asarray(y0s)
     begin = time.perf_counter()
     jax.block_until_ready(solve(y0))
