@@ -18,7 +18,7 @@ from jax import lax
 
 import taylax
 from taylax.ode._coefficients import real_problem
-from taylax.ode._order_by_order import unsupported_primitive
+from taylax.ode._order_by_order import field_program, unsupported_primitive
 from test_ode_coefficients import assert_coefficients_close, lie_coefficients
 
 
@@ -181,7 +181,7 @@ def test_the_work_grows_as_the_order_squared():
 )
 def test_fields_without_recurrences(field, y0, primitive):
     w0, g, _ = real_problem(field, y0, WEIGHTS)
-    missing = unsupported_primitive(g, jnp.asarray(0.2), w0)
+    missing = unsupported_primitive(field_program(g, jnp.asarray(0.2), w0))
     assert missing is not None and (primitive is None or missing == primitive)
     with pytest.raises(ValueError, match="needs a recurrence for every primitive") as error:
         _solve(field, y0, 4, "order_by_order")

@@ -357,9 +357,10 @@ def solution_series(g, t0, w0, order: int, batched: bool = False, method: str = 
     differentiate), and `"auto"` the first where it applies (3-30x faster, docs/ODE.md).
     """
     if method != "doubling":
-        missing = _order_by_order.unsupported_primitive(g, t0, w0)
+        program = _order_by_order.field_program(g, t0, w0)
+        missing = _order_by_order.unsupported_primitive(program)
         if missing is None:
-            return _order_by_order.solution_series(g, t0, w0, order)
+            return _order_by_order.solution_series(program, t0, w0, order)
         if method == "order_by_order":
             raise ValueError(
                 "`method='order_by_order'` needs a recurrence for every primitive of the "

@@ -8,8 +8,8 @@ k of every equation in program order from the coefficients already known: a prod
 `e_k = sum_{j >= 1} (j / k) x_j e_{k-j}` (from `e' = x' e`), and so on (the recurrences of
 automatic differentiation: Griewank and Walther's book, chapter 13, and heyoka's and
 TaylorIntegration.jl's generated code). Each order costs O(k) per nonlinear equation, so
-the coefficients cost O(K^2) with no Jacobian and no repeated pass: for a batch of states
-it is 3-30x faster than the doubling sweeps of `_coefficients.py` (docs/ODE.md).
+the coefficients cost O(K^2) with no Jacobian and no repeated pass: 3-24x faster than the
+doubling sweeps of `_coefficients.py` (docs/ODE.md, "Order by order").
 
 It needs a recurrence for every primitive of the field: elementwise arithmetic, powers,
 exp, log, trigonometric and hyperbolic functions, `dot_general`, selections by the primal
@@ -17,7 +17,8 @@ exp, log, trigonometric and hyperbolic functions, `dot_general`, selections by t
 (sums, reshapes, slices, gathers, concatenations, ...), through `jit`, `custom_jvp`
 (whose primal function is followed: the coefficients are those of the function itself),
 `custom_vjp` and `checkpoint`. A field with anything else (control flow, linear algebra,
-special functions) has its coefficients from the doubling sweeps instead (`supports`).
+special functions) has its coefficients from the doubling sweeps instead
+(`unsupported_primitive` says which primitive stands in the way).
 A zero coefficient is `None`, so constants and the time's series `t0 + s` cost nothing.
 """
 
@@ -378,6 +379,9 @@ _PAIRED = {lax.sin_p: "trig", lax.cos_p: "trig", lax.sinh_p: "hyperbolic", lax.c
 # Real-only rules: `abs` of a complex number is not `sign(x_0) x`, nor is max of two.
 _REAL_ONLY = (lax.abs_p, lax.max_p, lax.min_p, lax.clamp_p, lax.sign_p)
 
+# Piecewise constant functions of real values: every coefficient past the value is 0.
+_PIECEWISE_CONSTANT = (lax.sign_p, lax.floor_p, lax.ceil_p, lax.round_p)
+
 
 def _check(jaxpr) -> None:
     """Raise `_Unsupported` naming the first primitive of `jaxpr` (or of the programs it
@@ -392,18 +396,24 @@ def _check(jaxpr) -> None:
         primitive = eqn.primitive
         if primitive in _REAL_ONLY and any(_complex(v.aval) for v in eqn.invars):
             raise _Unsupported(f"{primitive.name} of a complex value")
-        if primitive in (lax.sign_p, lax.floor_p, lax.ceil_p, lax.round_p):
+        if primitive in _PIECEWISE_CONSTANT:
             continue
         if primitive not in _RULES and _linear_in(primitive) is None:
             raise _Unsupported(primitive.name)
 
 
-def unsupported_primitive(g, t0, w0) -> str | None:
-    """The first primitive of `g(t0, w0)`'s program without a recurrence here (None where
-    every one has one, and the coefficients can be computed order by order)."""
-    jaxpr, _ = _compat.closed_parts(jax.make_jaxpr(g)(t0, w0))
+def field_program(g, t0, w0) -> tuple:
+    """`(jaxpr, consts)`: the program of `g(t, w)` at arguments like `t0` and `w0` (the
+    arrays `g` closes over, tracers among them, become its constants)."""
+    return _compat.closed_parts(jax.make_jaxpr(g)(t0, w0))
+
+
+def unsupported_primitive(program: tuple) -> str | None:
+    """The first primitive of the field's `program` (`field_program`) without a
+    recurrence here; None where every one has one, and the coefficients can be computed
+    order by order."""
     try:
-        _check(jaxpr)
+        _check(program[0])
     except _Unsupported as error:
         return str(error)
     return None
@@ -460,19 +470,17 @@ class _Frame:
                 continue
             if all(len(c) == 1 for c in ins):
                 continue  # constant: every input is
-            values = self._coefficient(index, eqn, ins, k)
+            values = self._order_k(index, eqn, ins, k)
             for var, value in zip(eqn.outvars, values):
                 _grow(env[var], k, _fit(value, var.aval))
         return [_read(env, v) for v in self.jaxpr.outvars]
 
-    def _coefficient(self, index: int, eqn, ins, k: int) -> list:
+    def _order_k(self, index: int, eqn, ins, k: int) -> list:
+        """Coefficient k of each output of equation `index`, whose inputs' coefficients
+        0..k are `ins` (None for a zero)."""
         primitive = eqn.primitive
-        if not any(_inexact(v.aval) for v in eqn.outvars) or primitive in (
-            lax.sign_p,
-            lax.floor_p,
-            lax.ceil_p,
-            lax.round_p,
-        ):
+        no_inexact = not any(_inexact(v.aval) for v in eqn.outvars)
+        if no_inexact or primitive in _PIECEWISE_CONSTANT:
             return [None] * len(eqn.outvars)
         rule = _RULES.get(primitive)
         if rule is not None:
@@ -495,12 +503,12 @@ class _Frame:
         return list(outs) if primitive.multiple_results else [outs]
 
 
-def solution_series(g, t0, w0, order: int):
+def solution_series(program: tuple, t0, w0, order: int):
     """Coefficients `w_0..w_order` of the solution of `w' = g(t, w)` through
-    `w(t0) = w0`, stacked `(order + 1, *w0.shape)`, one order at a time (every primitive
-    of `g` must have a recurrence here: `unsupported_primitive`)."""
-    jaxpr, consts = _compat.closed_parts(jax.make_jaxpr(g)(t0, w0))
-    frame = _Frame(jaxpr, consts)
+    `w(t0) = w0`, stacked `(order + 1, *w0.shape)`, one order at a time, from `g`'s
+    `program` (`field_program`; every primitive of it must have a recurrence here:
+    `unsupported_primitive`)."""
+    frame = _Frame(*program)
     w: Coefficients = [w0]
     time = [t0, jnp.ones_like(t0)]
     zero = jnp.zeros_like(w0)
