@@ -56,6 +56,11 @@ FIELDS = {
     "sinh and cosh": lambda t, y, a: 0.3 * jnp.sinh(y) - 0.2 * jnp.cosh(y[::-1]),
     "tanh, tan, logistic": lambda t, y, a: jnp.tanh(y) + 0.1 * jnp.tan(y) - jax.nn.sigmoid(y),
     "atan": lambda t, y, a: jnp.arctan(2 * y - t),
+    "asin, acos, atanh": lambda t, y, a: (
+        jnp.arcsin(0.5 * jnp.tanh(y)) - 0.3 * jnp.arccos(0.4 * y[::-1]) + jnp.arctanh(0.3 * y)
+    ),
+    "asinh, acosh": lambda t, y, a: jnp.arcsinh(2 * y) - jnp.arccosh(2 + y * y),
+    "erf, erfc": lambda t, y, a: jax.lax.erf(y) - 0.5 * jax.lax.erfc(y[::-1] - t),
     "abs, max, min, clamp": lambda t, y, a: (
         jnp.abs(y) - jnp.maximum(y, 0.1) + jnp.minimum(y, -0.5) + lax.clamp(-0.5, y, 0.5)
     ),
@@ -174,7 +179,7 @@ def test_the_work_grows_as_the_order_squared():
     "field, y0, primitive",
     [
         (lambda t, y, a: lax.cond(t > 0, lambda: -y, lambda: y), Y0, "cond"),
-        (lambda t, y, a: jax.scipy.special.erf(y), Y0, "erf"),
+        (lambda t, y, a: jax.scipy.special.gammaln(2 + y), Y0, "lgamma"),
         (lambda t, y, a: -1j * jnp.abs(y) ** 2 * y, COMPLEX_Y0, "abs of a complex value"),
         (lambda t, y, a: jnp.linalg.solve(a, y), Y0, None),
     ],

@@ -177,9 +177,10 @@ def coefficients(
       trajectories as its minor axis, which XLA:CPU runs faster than `jax.vmap`'s layout.
     - `method`: `"order_by_order"` evaluates the vector field's program one coefficient at
       a time, which needs a recurrence for each of its primitives: arithmetic, powers,
-      exp, log, trigonometric and hyperbolic functions, `atan`, `dot_general`, `abs`,
-      `max`, `min`, `clamp`, selections and every linear or structural primitive, through
-      `jax.jit`, `custom_jvp` (whose primal function it follows) and `custom_vjp`.
+      exp, log, trigonometric and hyperbolic functions and their inverses, `erf`, `erfc`,
+      `dot_general`, `abs`, `max`, `min`, `clamp`, selections and every linear or
+      structural primitive, through `jax.jit`, `custom_jvp` (whose primal function it
+      follows) and `custom_vjp`.
       `"doubling"` takes any function taylax can differentiate (control flow, linear
       algebra, special functions), by Newton sweeps that double the known order. `"auto"`
       (default): order by order where the field allows it, else doubling.

@@ -12,7 +12,8 @@ the coefficients cost O(K^2) with no Jacobian and no repeated pass: 3-24x faster
 doubling sweeps of `_coefficients.py` (docs/ODE.md, "Order by order").
 
 It needs a recurrence for every primitive of the field: elementwise arithmetic, powers,
-exp, log, trigonometric and hyperbolic functions, `dot_general`, selections by the primal
+exp, log, trigonometric and hyperbolic functions and their inverses, erf and erfc,
+`dot_general`, selections by the primal
 (abs, max, min, clamp, select) and every primitive linear in its floating-point inputs
 (sums, reshapes, slices, gathers, concatenations, ...), through `jit`, `custom_jvp`
 (whose primal function is followed: the coefficients are those of the function itself),
@@ -301,18 +302,49 @@ def _riccati(kind: str):
     return rule
 
 
-def _atan(k, ins, out, eqn, memo):
-    """`y' = x' / (1 + x^2)`: the series of `1 + x^2` and of its reciprocal are kept."""
-    (x,) = ins
-    if "reciprocal" not in memo:
-        memo["base"] = [1 + x[0] * x[0]]
-        memo["reciprocal"] = [1 / memo["base"][0]]
-    base, reciprocal = memo["base"], memo["reciprocal"]
-    m = k - 1
-    if m > 0:
-        _grow(base, m, _convolution(x, x, m))
-        _grow(reciprocal, m, _quotient(None, base, reciprocal, m))
-    return _integral(x, reciprocal, k, memo)
+def _inverse(constant: float, square: float, p: float, scale: float = 1.0):
+    """The inverse trigonometric and hyperbolic functions, `y' = scale x' u^p` with
+    `u = constant + square x^2` (atan: `1 / (1 + x^2)`, asin: `1 / sqrt(1 - x^2)`, ...):
+    the series of `u` and of `u^p` are kept (`u^p` by Miller's recurrence, or by the
+    reciprocal's for p = -1)."""
+
+    def rule(k, ins, out, eqn, memo):
+        (x,) = ins
+        if "power" not in memo:
+            memo["base"] = [constant + square * (x[0] * x[0])]
+            memo["power"] = [memo["base"][0] ** p]
+        base, power = memo["base"], memo["power"]
+        m = k - 1
+        if m > 0:
+            square_m = _convolution(x, x, m)
+            _grow(base, m, None if square_m is None else square * square_m)
+            if p == -1:
+                _grow(power, m, _quotient(None, base, power, m))
+            else:
+                _grow(power, m, _power(base, power, m, p))
+        return _integral(x, power, k, memo, scale=scale)
+
+    return rule
+
+
+def _erf(scale: float):
+    """erf (`scale = 1`) and erfc (`-1`): `y' = scale (2 / sqrt(pi)) x' exp(-x^2)`; the
+    series of `-x^2` and of its exponential are kept."""
+
+    def rule(k, ins, out, eqn, memo):
+        (x,) = ins
+        if "exp" not in memo:
+            memo["exponent"] = [-(x[0] * x[0])]
+            memo["exp"] = [jnp.exp(memo["exponent"][0])]
+        exponent, exp = memo["exponent"], memo["exp"]
+        m = k - 1
+        if m > 0:
+            square_m = _convolution(x, x, m)
+            _grow(exponent, m, None if square_m is None else -square_m)
+            _grow(exp, m, _integral(exponent, exp, m, memo, key="exponent slopes"))
+        return _integral(x, exp, k, memo, scale=scale * 2 / float(np.sqrt(np.pi)))
+
+    return rule
 
 
 def _abs(k, ins, out, eqn, memo):
@@ -366,7 +398,14 @@ _RULES: dict = {
     lax.tanh_p: _riccati("tanh"),
     lax.tan_p: _riccati("tan"),
     lax.logistic_p: _riccati("logistic"),
-    lax.atan_p: _atan,
+    lax.atan_p: _inverse(1.0, 1.0, -1.0),
+    lax.asin_p: _inverse(1.0, -1.0, -0.5),
+    lax.acos_p: _inverse(1.0, -1.0, -0.5, scale=-1.0),
+    lax.asinh_p: _inverse(1.0, 1.0, -0.5),
+    lax.acosh_p: _inverse(-1.0, 1.0, -0.5),
+    lax.atanh_p: _inverse(1.0, -1.0, -1.0),
+    lax.erf_p: _erf(1.0),
+    lax.erfc_p: _erf(-1.0),
     lax.abs_p: _abs,
     lax.max_p: _max,
     lax.min_p: _min,
