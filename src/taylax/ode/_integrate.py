@@ -384,7 +384,10 @@ def integrate(
     NaN and False where it did not fire). It works under `jax.jit`, `jax.vmap` (the batch
     steps until all are done; each trajectory stops at its own event) and
     differentiation with respect to `ts`, `y0` and the floating-point arrays in `args`
-    (see `gradients`). Times outside the interval from `ts[0]` to `ts[-1]` stay NaN.
+    (see `gradients`). Times outside the interval from `ts[0]` to `ts[-1]` stay NaN. Each
+    step evaluates its polynomial at every time of `ts` and selects those inside it, so
+    with many saved times that dominates: 100 orbits of Kepler's problem (3,773 steps)
+    take 18 ms with 2 times, 21 ms with 101, 106 ms with 1,001 and 781 ms with 10,001.
 
     The math: at `(t, y)` the step's coefficients `y_0..y_p` come from
     `taylax.ode.coefficients`; the step `h` from the last two of them (Jorba and Zou:
