@@ -12,6 +12,7 @@ that time, as accurate as the step's end.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -94,9 +95,9 @@ def _step_size(c, order: int):
 
 
 def _stepper(g, ts, order: int, batched: bool = False, method: str = "auto"):
-    """One step from `(t, t_low, w)`: the next `(t, t_low, w)`, the step's polynomial at
-    every `ts`, which of `ts` lie inside the step, the step's coefficients `c` and its size
-    `h >= 0`; and the time left to `ts[-1]`.
+    """`(step, remaining, at_saved_times)`: one step from `(t, t_low, w)` (the next
+    `(t, t_low, w)`, the step's coefficients `c` and its size `h >= 0`), the time left to
+    `ts[-1]`, and the step's polynomial at every `ts` with which of them it covers.
     `batched`: `t`, `t_low` are `(B,)` and `w` is `(n, B)`, B trajectories stepping at
     once, each with its own step (0 once it has reached `ts[-1]`). `method`: how the
     coefficients are computed (`solution_series`)."""
@@ -110,16 +111,22 @@ def _stepper(g, ts, order: int, batched: bool = False, method: str = "auto"):
         c = solution_series(g, t, w, order, batched, method)
         left = remaining(t, t_low)
         h = jnp.minimum(_step_size(c, order), left)
-        offsets, values = at_times(c, ts, t, t_low)
-        inside = (direction * offsets > 0) & (direction * (offsets - direction * h) <= 0)
         # The time as an unevaluated sum `t + t_low` (two-sum): rounding `t + h` at every
         # step would drift the time by up to an ulp of `t` per step.
         last = h >= left
         t_next, t_low_next = _two_sum(t, direction * h, t_low)
         t_next, t_low_next = jnp.where(last, t_end, t_next), jnp.where(last, 0, t_low_next)
-        return t_next, t_low_next, horner(c, direction * h), values, inside, c, h
+        return t_next, t_low_next, horner(c, direction * h), c, h
 
-    return step, remaining
+    def at_saved_times(c, t, t_low, h):
+        """The polynomial `c` of a step of size `h` from `t + t_low` at every time of
+        `ts`, and which of them lie inside the step (the reverse walk's form: the forward
+        loop writes only the times a step covers, `_save_window`)."""
+        offsets, values = at_times(c, ts, t, t_low)
+        inside = (direction * offsets > 0) & (direction * (offsets - direction * h) <= 0)
+        return values, inside
+
+    return step, remaining, at_saved_times
 
 
 def _setup(vector_field, ts, y0, args, tol, order, batched: bool = False):
@@ -157,10 +164,22 @@ def _march(
     (for steps of order `order` of the ODE `w' = field(t, w)`), a trajectory whose event
     fires in a step stays at that step's start, its times in the step unsaved:
     `events.finish` locates the root there from `watch` and the last `(t, t_low)`."""
+    # The saved times sorted along the integration: each step writes, in place, the window
+    # of those it covers from the first not yet passed (`_save_window`), instead of its
+    # polynomial at every time and a select over all of `saved`, which took 100 Kepler
+    # orbits from 18 ms with 2 times to 781 ms with 10,001 (docs/ODE.md).
+    direction = jnp.where(ts[-1] >= ts[0], 1, -1).astype(ts.dtype)
+    order_ts = jnp.argsort(direction * ts, stable=True)
+    sorted_ts = ts[order_ts]
     # NaN until a step covers the time: times never reached stay NaN.
-    start = (ts == ts[0]).reshape(ts.shape + (1,) * w0.ndim)
+    start = (sorted_ts == ts[0]).reshape(ts.shape + (1,) * w0.ndim)
     saved = jnp.where(start, w0, jnp.nan)
     batch = w0.shape[1:] if batched else ()
+    first = jnp.broadcast_to(jnp.sum(direction * (sorted_ts - ts[0]) <= 0), batch)
+    window = min(ts.shape[0], _WINDOW)
+    save = functools.partial(_save_window, sorted_ts=sorted_ts, direction=direction, window=window)
+    if batched:
+        save = jax.vmap(save, in_axes=(-1, 0, -1, 0, 0, 0, 0), out_axes=(-1, 0))
     zero = jnp.zeros(batch, w0.dtype)
     shapes = ((), (), w0.shape)  # t, t_low, w
     trails = tuple(jnp.zeros((max_steps, *s), w0.dtype) for s in shapes) if trail else ()
@@ -176,25 +195,58 @@ def _march(
         return jnp.any(running(t, t_low, watch)) & (jnp.max(steps) < max_steps)
 
     def body(state):
-        t, t_low, w, saved, steps, trails, watch = state
+        t, t_low, w, (saved, first), steps, trails, watch = state
         if trail:
             trails = tuple(b.at[steps].set(v) for b, v in zip(trails, (t, t_low, w)))
         active = running(t, t_low, watch)
-        t_next, low_next, w_next, values, inside, c, h = step(t, t_low, w)
+        t_next, low_next, w_next, c, h = step(t, t_low, w)
+        keep = jnp.ones(batch, bool)
         if watch is not None:
             watch = events.watch(watch, active, t, t_low, c, h)
             stop = watch.fired
             t_next = jnp.where(stop, t, t_next)
             low_next = jnp.where(stop, t_low, low_next)
             w_next = jnp.where(stop, w, w_next)
-            inside = inside & ~stop
-        saved = jnp.where(jnp.expand_dims(inside, 1), values, saved)
+            keep = ~stop
+        saved, first = save(saved, first, c, t, t_low, h, keep)
         steps = steps + active.astype(jnp.int32)
-        return t_next, low_next, w_next, saved, steps, trails, watch
+        return t_next, low_next, w_next, (saved, first), steps, trails, watch
 
-    state = (t0, zero, w0, saved, jnp.zeros(batch, jnp.int32), trails, watch)
-    t, t_low, w, saved, steps, trails, watch = lax.while_loop(cond, body, state)
+    state = (t0, zero, w0, (saved, first), jnp.zeros(batch, jnp.int32), trails, watch)
+    t, t_low, w, (saved, _), steps, trails, watch = lax.while_loop(cond, body, state)
+    # Back to the order of `ts`.
+    saved = saved[jnp.argsort(order_ts)]
     return saved, steps, trails, (t, t_low, w, watch)
+
+
+# The most saved times one pass of `_save_window`'s loop evaluates.
+_WINDOW = 8
+
+
+def _save_window(saved, first, c, t, t_low, h, keep, *, sorted_ts, direction, window: int):
+    """`(saved, first)` after a step of size `h` from `t + t_low` with coefficients `c`:
+    the step's polynomial written at the times of `sorted_ts` it covers, found from index
+    `first` on (the first time not yet passed) a `window` at a time, and `first` moved
+    past them. Nothing is written where `keep` is False (a step an event stopped)."""
+    n = sorted_ts.shape[0]
+
+    def body(state):
+        saved, first, _ = state
+        index = first + jnp.arange(window)
+        safe = jnp.minimum(index, n - 1)
+        offsets = (sorted_ts[safe] - t) - t_low
+        ahead = direction * offsets
+        inside = keep & (index < n) & (ahead > 0) & (ahead - h <= 0)
+        values = jax.vmap(lambda d: horner(c, d))(offsets)
+        mask = inside.reshape(inside.shape + (1,) * (values.ndim - 1))
+        saved = saved.at[index].set(jnp.where(mask, values, saved[safe]), mode="drop")
+        count = jnp.sum(inside, dtype=first.dtype)
+        return saved, first + count, count == window
+
+    state = (saved, first, jnp.asarray(True))
+    # A window as long as `ts` covers every time left in one pass: no loop.
+    saved, first, _ = body(state) if window >= n else lax.while_loop(lambda s: s[2], body, state)
+    return saved, first
 
 
 def _reverse_solve(
@@ -216,7 +268,7 @@ def _reverse_solve(
 
     def march(ts, w0, diff_leaves, y_like, rebuild, p, trail):
         args_in = rebuild(diff_leaves)
-        step, remaining, g, to_state = pieces(ts, args_in, y_like, p)
+        step, remaining, _, g, to_state = pieces(ts, args_in, y_like, p)
         events = None
         if event is not None:
             events = Events(event, event_direction, args_in, to_state, ts, w0.dtype, False)
@@ -269,18 +321,16 @@ def _reverse_solve(
                 # The event's time and state reach the loop through its last start.
                 ct_end = tuple(cotangents[2][:3])
 
-            def one_step(ts, diff_leaves, t, t_low, w):
-                step, *_ = pieces(ts, rebuild(diff_leaves), y_like, p)
-                return step(t, t_low, w)
-
             def back(state):
                 i, ct_t, ct_low, ct_w, ct_saved, ct_ts, ct_leaves = state
                 i = i - 1
                 t, t_low, w = t_trail[i], low_trail[i], w_trail[i]
 
                 def moved(ts, leaves, t, t_low, w):
-                    *out, inside, _c, _h = one_step(ts, leaves, t, t_low, w)
-                    return tuple(out), inside
+                    step, _, at_saved_times, *_ = pieces(ts, rebuild(leaves), y_like, p)
+                    t_next, low_next, w_next, c, h = step(t, t_low, w)
+                    values, inside = at_saved_times(c, t, t_low, h)
+                    return (t_next, low_next, w_next, values), inside
 
                 _, vjp, inside = jax.vjp(moved, ts, diff_leaves, t, t_low, w, has_aux=True)
                 ct_values = jnp.where(inside[:, None], ct_saved, 0)
@@ -316,7 +366,7 @@ def _reverse_solve(
             return Solution(jax.vmap(to_state)(saved), steps)
         t, t_low, w, watch = end
         # The event's step again, differentiably (`_reverse_solve`'s docstring).
-        step, _ = _stepper(g, ts, p, method=method)
+        step, *_ = _stepper(g, ts, p, method=method)
         *_, c, _h = step(t, t_low, w)
         events = Events(event, event_direction, args, to_state, ts, w0.dtype, False)
         saved, t_event, w_event = events.finish(watch._replace(c=c), t, t_low, ts, saved)
@@ -384,10 +434,10 @@ def integrate(
     NaN and False where it did not fire). It works under `jax.jit`, `jax.vmap` (the batch
     steps until all are done; each trajectory stops at its own event) and
     differentiation with respect to `ts`, `y0` and the floating-point arrays in `args`
-    (see `gradients`). Times outside the interval from `ts[0]` to `ts[-1]` stay NaN. Each
-    step evaluates its polynomial at every time of `ts` and selects those inside it, so
-    with many saved times that dominates: 100 orbits of Kepler's problem (3,773 steps)
-    take 18 ms with 2 times, 21 ms with 101, 106 ms with 1,001 and 781 ms with 10,001.
+    (see `gradients`). Times outside the interval from `ts[0]` to `ts[-1]` stay NaN. `ts`
+    may hold many times: each step evaluates its polynomial only at the times it covers
+    (100 orbits of Kepler's problem, 3,773 steps, take 19 ms with 2 saved times and 22 ms
+    with 10,001).
 
     The math: at `(t, y)` the step's coefficients `y_0..y_p` come from
     `taylax.ode.coefficients`; the step `h` from the last two of them (Jorba and Zou:
@@ -456,7 +506,7 @@ def integrate(
 
     def solve(ts, y0, args=None) -> Solution:
         w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order, batch)
-        step, remaining = _stepper(g, ts, p, batch, coefficients)
+        step, remaining, _ = _stepper(g, ts, p, batch, coefficients)
         events = None
         if event is not None:
             events = Events(event, event_direction, args, to_state, ts, w0.dtype, batch)
