@@ -454,15 +454,11 @@ def _fast_path(eqn, xs, primals, order, weights, summed) -> list[Collapsed] | No
 
 
 def _sub_jaxpr(eqn):
-    """`(jaxpr, consts)` of a call-like primitive interpreted inline, else None."""
-    params = eqn.params
-    if eqn.primitive in (_compat.jit_p,):
-        return _compat.closed_parts(params["jaxpr"])
-    if eqn.primitive in (_compat.closed_call_p, _compat.custom_vjp_call_p):
-        return _compat.closed_parts(params["call_jaxpr"])
-    if eqn.primitive is _compat.remat_p:
-        return params["jaxpr"], ()
-    return None
+    """`(jaxpr, consts)` of a call-like primitive interpreted inline, else None. Not
+    `custom_jvp_call`: its rule, not its primal function, gives its derivatives."""
+    if eqn.primitive is _compat.custom_jvp_call_p:
+        return None
+    return _compat.call_body(eqn)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,7 @@ to O(K^2), chosen by `solution_series`:
 
 - order by order (`_order_by_order.py`): the field's program evaluated one coefficient
   at a time, each primitive by its own recurrence. No Jacobian and no repeated pass, so
-  it is the faster where it applies (3-30x, docs/ODE.md); it needs a recurrence for every
+  it is the faster where it applies (3-24x, docs/ODE.md); it needs a recurrence for every
   primitive of the field.
 - doubling (here), for any field taylax can differentiate: the known order doubles each
   sweep (Newton's method on the series, as in Brent and Kung's algorithms for power
@@ -199,7 +199,7 @@ def coefficients(
     the known order by Newton's method on the series, a Taylor pass of `f` along the
     known polynomial corrected by the Jacobian's coefficients along it for the orders not
     yet known (`taylax/ode/_coefficients.py`); about log2(K) sweeps, the last of order
-    K - 1. Both cost O(K^2); order by order has no Jacobian and is 3-30x faster
+    K - 1. Both cost O(K^2); order by order has no Jacobian and is 3-24x faster
     (docs/ODE.md).
 
     !!! Example
@@ -322,6 +322,12 @@ def horner(c, h):
     return out
 
 
+def time_direction(ts, dtype):
+    """The integration's direction in time over the saved times `ts`: 1 forwards (from
+    `ts[0]` to `ts[-1]`), -1 backwards, as `dtype`."""
+    return jnp.where(ts[-1] >= ts[0], 1.0, -1.0).astype(dtype)
+
+
 def at_times(c, ts, t, t_low):
     """The polynomial `c` of a step from `t + t_low` at every time of `ts`:
     `(offsets, values)`, the offsets `ts - t - t_low` (shaped `ts.shape + t.shape`) and
@@ -355,7 +361,7 @@ def solution_series(g, t0, w0, order: int, batched: bool = False, method: str = 
     `method`: `"order_by_order"` evaluates `g`'s program one coefficient at a time
     (`_order_by_order.py`; every primitive of `g` needs a recurrence there),
     `"doubling"` runs the sweeps of this module's docstring (any program taylax can
-    differentiate), and `"auto"` the first where it applies (3-30x faster, docs/ODE.md).
+    differentiate), and `"auto"` the first where it applies (3-24x faster, docs/ODE.md).
     """
     if method != "doubling":
         program = _order_by_order.field_program(g, t0, w0)

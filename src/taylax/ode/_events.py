@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._coefficients import at_times, horner
+from ._coefficients import at_times, horner, time_direction
 
 # Points of each step where the event function is evaluated, the step's end among them.
 SAMPLES = 4
@@ -117,7 +117,7 @@ class Events:
         self.g = _event_function(event, to_state, dtype, batched)
         self.args = args
         # The integration's direction in time, and the crossing's along it.
-        self.direction = jnp.where(ts[-1] >= ts[0], 1.0, -1.0).astype(dtype)
+        self.direction = time_direction(ts, dtype)
         self.sense = event_direction * self.direction
         self.dtype = dtype
 

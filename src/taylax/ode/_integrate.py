@@ -29,6 +29,7 @@ from ._coefficients import (
     horner,
     real_problem,
     solution_series,
+    time_direction,
 )
 from ._events import Events, check_event
 
@@ -94,6 +95,14 @@ def _step_size(c, order: int):
     return rho * math.exp(-2.0 - 0.7 / (order - 1))
 
 
+def _covers(offsets, h, direction):
+    """Whether a step of size `h >= 0` covers the times at `offsets` from its start: after
+    the start and up to its end, along `direction`. The forward loop saves, and the
+    reverse walk differentiates, exactly the times this says."""
+    ahead = direction * offsets
+    return (ahead > 0) & (ahead - h <= 0)
+
+
 def _stepper(g, ts, order: int, batched: bool = False, method: str = "auto"):
     """`(step, remaining, at_saved_times)`: one step from `(t, t_low, w)` (the next
     `(t, t_low, w)`, the step's coefficients `c` and its size `h >= 0`), the time left to
@@ -102,7 +111,7 @@ def _stepper(g, ts, order: int, batched: bool = False, method: str = "auto"):
     once, each with its own step (0 once it has reached `ts[-1]`). `method`: how the
     coefficients are computed (`solution_series`)."""
     t_end = ts[-1]
-    direction = jnp.where(t_end >= ts[0], 1.0, -1.0).astype(ts.dtype)
+    direction = time_direction(ts, ts.dtype)
 
     def remaining(t, t_low):
         return direction * ((t_end - t) - t_low)
@@ -123,8 +132,7 @@ def _stepper(g, ts, order: int, batched: bool = False, method: str = "auto"):
         `ts`, and which of them lie inside the step (the reverse walk's form: the forward
         loop writes only the times a step covers, `_save_window`)."""
         offsets, values = at_times(c, ts, t, t_low)
-        inside = (direction * offsets > 0) & (direction * (offsets - direction * h) <= 0)
-        return values, inside
+        return values, _covers(offsets, h, direction)
 
     return step, remaining, at_saved_times
 
@@ -168,7 +176,7 @@ def _march(
     # of those it covers from the first not yet passed (`_save_window`), instead of its
     # polynomial at every time and a select over all of `saved`, which took 100 Kepler
     # orbits from 18 ms with 2 times to 781 ms with 10,001 (docs/ODE.md).
-    direction = jnp.where(ts[-1] >= ts[0], 1, -1).astype(ts.dtype)
+    direction = time_direction(ts, ts.dtype)
     order_ts = jnp.argsort(direction * ts, stable=True)
     sorted_ts = ts[order_ts]
     # NaN until a step covers the time: times never reached stay NaN.
@@ -235,8 +243,7 @@ def _save_window(saved, first, c, t, t_low, h, keep, *, sorted_ts, direction, wi
         index = first + jnp.arange(window)
         safe = jnp.minimum(index, n - 1)
         offsets = (sorted_ts[safe] - t) - t_low
-        ahead = direction * offsets
-        inside = keep & (index < n) & (ahead > 0) & (ahead - h <= 0)
+        inside = keep & (index < n) & _covers(offsets, h, direction)
         values = jax.vmap(lambda d: horner(c, d))(offsets)
         mask = inside.reshape(inside.shape + (1,) * (values.ndim - 1))
         saved = saved.at[index].set(jnp.where(mask, values, saved[safe]), mode="drop")

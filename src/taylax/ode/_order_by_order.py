@@ -13,8 +13,8 @@ doubling sweeps of `_coefficients.py` (docs/ODE.md, "Order by order").
 
 It needs a recurrence for every primitive of the field: elementwise arithmetic, powers,
 exp, log, trigonometric and hyperbolic functions and their inverses, erf and erfc,
-`dot_general`, selections by the primal
-(abs, max, min, clamp, select) and every primitive linear in its floating-point inputs
+`dot_general`, selections by the primal (abs, max, min, clamp, select) and every
+primitive linear in its floating-point inputs
 (sums, reshapes, slices, gathers, concatenations, ...), through `jit`, `custom_jvp`
 (whose primal function is followed: the coefficients are those of the function itself),
 `custom_vjp` and `checkpoint`. A field with anything else (control flow, linear algebra,
@@ -54,19 +54,16 @@ def _complex(aval) -> bool:
 
 # Primitives jointly linear in their floating-point inputs that the engine writes its own
 # rules for (and so are not in `linear_inputs`, whose entries the collapsed passes read).
-_MORE_LINEAR = tuple(
-    p
-    for p in (
-        lax.broadcast_in_dim_p,
-        lax.reshape_p,
-        lax.concatenate_p,
-        lax.transpose_p,
-        lax.reduce_sum_p,
-        lax.convert_element_type_p,
-        lax.select_n_p,
-        lax.cumsum_p,
-        _compat.device_put_p,
-    )
+_MORE_LINEAR = (
+    lax.broadcast_in_dim_p,
+    lax.reshape_p,
+    lax.concatenate_p,
+    lax.transpose_p,
+    lax.reduce_sum_p,
+    lax.convert_element_type_p,
+    lax.select_n_p,
+    lax.cumsum_p,
+    _compat.device_put_p,
 )
 
 
