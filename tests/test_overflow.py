@@ -7,7 +7,8 @@ gradients of those orders.
 Before, a product's padding zeros met the overflowed coefficients of one factor
 (`inf * 0`) and put NaN in every row below them, the primal too (`taylax._series`'s
 `shifted_sum`, which now selects its padding, and the Toeplitz dot of scalar products,
-guarded by the policy). `derivatives` and `jet` run their unscaled fallback guarded.
+guarded by the policy; the Toeplitz tables of series-matrix products, which select or
+guard always). `derivatives` and `jet` run their unscaled fallback guarded.
 
 The case: `h(t) = (1 / (t - c)) e^t` at `t0 = c + r`, a pole at distance `r` chosen per dtype
 so that the coefficients overflow at about 60% of the order. Its normalized coefficients
@@ -273,3 +274,95 @@ def test_the_guard_poisons_rows_past_the_lower_factor_s_degree(compact):
         c = np.asarray(cauchy(a, b, 5))
     np.testing.assert_allclose(c[:2], [0.25 * b[0], 0.25 * b[1] + 0.5 * b[0]], rtol=1e-15)
     assert not np.isfinite(c[2:]).any(), c
+
+
+# Products of series matrices: `dot_general` and convolutions past the orders their rows
+# are unrolled to multiply a Toeplitz table of one factor by the other's rows, and the
+# table's zeros meet every row. Each program is `(M / (t - c)) . (e^t N)` for a
+# bilinear `.`, whose coefficients are `(M . N) y_k` with `y_k` the scalar case's.
+_BILINEAR = {
+    "matmul": ("ij,jk->ik", (2, 3), (3, 2)),
+    "contract first axis": ("ji,jk->ik", (3, 2), (3, 2)),
+    "batched": ("bij,bjk->bik", (2, 2, 3), (2, 3, 2)),
+    "matrix-vector": ("ij,j->i", (2, 3), (3,)),
+    "vector-matrix, pole on the right": ("j,jk->k", (3,), (3, 2)),
+    "convolution": ("conv", (4,), (3,)),
+}
+
+
+def _bilinear(name):
+    spec, _, _ = _BILINEAR[name]
+    if spec == "conv":
+        return lambda x, y: jnp.convolve(x, y, precision="highest")
+    return lambda x, y: jnp.einsum(spec, x, y, precision="highest")
+
+
+def _entries(shape, seed):
+    # Entries in [0.5, 1]: no true zero for a pole's overflow to turn into NaN
+    # (`0 * inf` in the user's own scaling), and `M . N` of the order of one.
+    return 0.5 + 0.5 * np.random.default_rng(seed).random(shape)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
+@pytest.mark.parametrize("small_product", [None, 0], ids=["policy", "as dot"])
+@pytest.mark.parametrize("name", sorted(_BILINEAR))
+def test_series_matrix_products_keep_the_orders_below_an_overflow(name, small_product, dtype):
+    # Before, the Toeplitz table's zeros met the pole's overflowed rows (`inf * 0`) and
+    # every order came out NaN, the primal too, in every dtype and policy.
+    order, t0, r = _setting(dtype)
+    _, sa, sb = _BILINEAR[name]
+    pole_right = "right" in name
+    m64, n64 = (
+        (_entries(sb, 0), _entries(sa, 1)) if pole_right else (_entries(sa, 0), _entries(sb, 1))
+    )
+    m, n = m64.astype(dtype), n64.astype(dtype)
+    x = jnp.asarray(t0, dtype)
+    c = x - jnp.asarray(r, dtype)
+    r_exact = float(np.real(np.asarray(x, np.complex128) - np.asarray(c, np.complex128)))
+    op = _bilinear(name)
+
+    def h(t):
+        pole, smooth = (1 / (t - c)) * m, jnp.exp(t) * n
+        return op(smooth, pole) if pole_right else op(pole, smooth)
+
+    policy = (
+        taylax.CPU
+        if small_product is None
+        else (dataclasses.replace(taylax.CPU, name="dots", small_product=small_product))
+    )
+    with taylax.emission_policy(policy):
+        primal, coeffs = taylax.taylor(h, order)(x, jnp.asarray(1.0, dtype))
+    got = np.concatenate([np.asarray(primal)[None], np.asarray(coeffs)]).astype(np.complex128)
+    t0_exact = complex(np.asarray(x, np.complex128)) if "complex" in dtype else float(x)
+    y = _truth(t0_exact, r_exact, order, derivatives=False)
+    mn = np.asarray(op(n64, m64) if pole_right else op(m64, n64))
+    limit, (_, rtol) = _real_max(dtype), CASES[dtype]
+    for index in np.ndindex(mn.shape):
+        scale = 0.0
+        for k in range(order + 1):
+            want = complex(y[k] * mpmath.mpf(float(mn[index])))
+            value = got[(k, *index)]
+            context = f"{name} {dtype}: order {k} of entry {index} is {value}, mpmath {want}"
+            if _magnitude(mpmath.mpc(want)) > limit:
+                assert not np.isfinite(value), context + " (a finite value past an overflow)"
+                continue
+            scale = max(scale, abs(want))
+            # Near the dtype's limit the sum may overflow on its way (any order of terms).
+            if not np.isfinite(value) and _magnitude(mpmath.mpc(want)) > limit / 100:
+                continue
+            assert np.isfinite(value) and abs(value - want) <= rtol * scale, context
+        assert scale > 0 and not np.isfinite(got[(order, *index)]), f"{name}: no overflow"
+
+
+def test_series_matrix_products_keep_the_gradients_below_an_overflow():
+    m, n = _entries((2, 3), 0), _entries((3, 2), 1)
+
+    def first(a, order):
+        h = lambda t: ((1 / (t - a)) * m) @ (jnp.exp(t) * n)  # noqa: E731
+        return jnp.sum(taylax.taylor(h, order)(1.0, 1.0)[1][0])
+
+    assert not np.isfinite(
+        taylax.taylor(lambda t: ((1 / (t - 0.99)) * m) @ n, 160)(1.0, 1.0)[1][-1]
+    ).all()
+    grad = jax.grad(first)(0.99, 160)
+    np.testing.assert_allclose(grad, jax.grad(first)(0.99, 4), rtol=1e-12)

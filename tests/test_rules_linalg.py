@@ -10,6 +10,7 @@ so that its op-by-op compilations are reused.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from typing import NamedTuple
@@ -387,3 +388,30 @@ def test_product_of_two_series_matrices_takes_one_dot_per_pair_of_rows(order, do
     assert sum(e.primitive is lax.dot_general_p for e in all_equations(jaxpr)) == dots
     small = jax.make_jaxpr(taylax.derivatives(_pair_product, order))(_PAIR_X[:4], _PAIR_X[:4])
     assert sum(e.primitive is lax.dot_general_p for e in all_equations(small)) <= 1
+
+
+_SQRT_M = np.asarray([[1.0, 2.0], [3.0, 4.0]])
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+@pytest.mark.parametrize("as_dot", [False, True], ids=["broadcast product", "dot"])
+def test_an_infinite_derivative_leaves_a_matrix_product_s_primal(order, as_dot):
+    # sqrt at 0: the first derivative of one factor is infinite. A Toeplitz table's zero
+    # met it (`inf * 0`) and the product's primal came out NaN, where `jax.jvp` gives 0;
+    # the scalar product was right. Small products are a broadcast product, larger ones
+    # a dot over the table (the policy's `small_product`; pair dots have no table).
+    def f(t):
+        return (jnp.sqrt(t) * _SQRT_M) @ (jnp.exp(t) * _SQRT_M)
+
+    policy = taylax.CPU
+    if as_dot:
+        policy = dataclasses.replace(policy, name="dots", small_product=0, pair_dots_max_degree=0)
+    primal, tangent = jax.jvp(f, (0.0,), (1.0,))
+    with taylax.emission_policy(policy):
+        got = taylax.derivatives(f, order)(0.0)
+    np.testing.assert_array_equal(got[0], primal)
+    assert not np.isfinite(got[1:]).any()
+    if order == 1 and not as_dot:
+        # Every entry +inf. Past order 1 sqrt's own next coefficient is NaN, and a dot's
+        # poison is NaN (`inf * 0`): both not finite, as the check above asks.
+        np.testing.assert_array_equal(got[1], tangent)

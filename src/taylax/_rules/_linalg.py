@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import numpy as np
 from jax import Array, lax
 
 from .. import _policy, _series
@@ -51,6 +52,7 @@ def _dot_general(order, a, b, *, dimension_numbers, **params):
     (ac, bc), (ab, bb) = dimension_numbers
     degree = min(a.degree + b.degree, order)
     x, y = a.coeffs[: degree + 1], b.coeffs[: degree + 1]
+    table = False
     if (a.degree == 0) != (b.degree == 0):
         series = b if a.degree == 0 else a
         if _takes_row_dots(series.shape, series.dtype, degree):
@@ -66,6 +68,7 @@ def _dot_general(order, a, b, *, dimension_numbers, **params):
     elif _takes_pair_dots(a, b, degree, dimension_numbers):
         return Series(_pair_dots(a, b, degree, dimension_numbers, params))
     else:
+        table = True
         y = _series.toeplitz(y, degree + 1, x.shape[0])  # (rows, cols, *b.shape)
         free_at = len(ab) + len(_split_dims(x.ndim - 1, ac, ab))
         dims = (
@@ -76,11 +79,31 @@ def _dot_general(order, a, b, *, dimension_numbers, **params):
     work = math.prod(x.shape) * math.prod(
         y.shape[d] for d in _split_dims(y.ndim, y_contract, y_batch)
     )
+    # The table's zeros above its diagonal meet every row of `a`: an overflowed `a_i`
+    # (`inf * 0`) would put NaN in the rows below `i`, the primal too. A broadcast
+    # product selects them away; a dot takes `a` with its non-finite entries as 0 and
+    # adds their poison (`_series.finite_part`; docs/EMISSION.md, "Overflow").
     if work <= _policy.current().small_product:
-        out = _dot_general_by_multiply(x, y, dimension_numbers=dims, **params)
-    else:
-        out = lax.dot_general(x, y, dims, **params)
-    return Series(jnp.moveaxis(out, free_at, 0))
+        out = _dot_general_by_multiply(x, y, dimension_numbers=dims, table=table, **params)
+        return Series(jnp.moveaxis(out, free_at, 0))
+    if table:
+        x, poison = _series.finite_part(x, degree, summed=ac)
+    out = jnp.moveaxis(lax.dot_general(x, y, dims, **params), free_at, 0)
+    if table:
+        b_free = len(_split_dims(len(b.shape), bc, bb))
+        out = out + _as_product(poison, ac, ab, b_free).astype(out.dtype)
+    return Series(out)
+
+
+def _as_product(poison: Array, ac, ab, b_free: int) -> Array:
+    """A factor's poison rows, summed over the contracted axes `ac` (where the dot sums),
+    laid out as the product's rows `(rows, *batch, *a_free, *b_free)`: broadcast over
+    `b`'s free axes, so that each NaN reaches exactly the outputs its entry of `a`
+    reaches."""
+    kept = [d for d in range(poison.ndim - 1 + len(ac)) if d not in ac]
+    a_free = [d for d in kept if d not in ab]
+    poison = jnp.transpose(poison, (0, *(kept.index(d) + 1 for d in (*ab, *a_free))))
+    return lax.expand_dims(poison, tuple(range(poison.ndim, poison.ndim + b_free)))
 
 
 def _row_dots(a: Series, b: Series, degree: int, dimension_numbers, params) -> Array:
@@ -145,8 +168,16 @@ def _split_dims(ndim, contract, batch):
     return [d for d in range(ndim) if d not in contract and d not in batch]
 
 
-def _dot_general_by_multiply(x, y, *, dimension_numbers, preferred_element_type=None, **_):
-    """`lax.dot_general` as a broadcast multiply and a sum (same result, fusable)."""
+def _dot_general_by_multiply(
+    x, y, *, dimension_numbers, table=False, preferred_element_type=None, **_
+):
+    """`lax.dot_general` as a broadcast multiply and a sum (same result, fusable).
+
+    With `table`, `y` is a Toeplitz table `T[k, i]` (its first free axis `k`, contracted
+    with `x`'s rows `i` first) and the products above its diagonal (`i > k`, the table's
+    zeros) are selected away rather than summed: an overflowed `x_i` then reaches only
+    the rows from `i` on.
+    """
     (xc, yc), (xb, yb) = dimension_numbers
     xf = _split_dims(x.ndim, xc, xb)
     yf = _split_dims(y.ndim, yc, yb)
@@ -157,4 +188,10 @@ def _dot_general_by_multiply(x, y, *, dimension_numbers, preferred_element_type=
     yt = lax.expand_dims(yt, tuple(range(nb, nb + nxf)))
     dtype = preferred_element_type or jnp.result_type(x, y)
     prod = xt.astype(dtype) * yt.astype(dtype)
+    if table:
+        rows, cols = yt.shape[nb + nxf], yt.shape[nb + nxf + nyf]
+        shape = [1] * prod.ndim
+        shape[nb + nxf], shape[nb + nxf + nyf] = rows, cols
+        lower = (np.arange(rows)[:, None] >= np.arange(cols)[None, :]).reshape(shape)
+        prod = lax.select(jnp.broadcast_to(lower, prod.shape), prod, jnp.zeros_like(prod))
     return jnp.sum(prod, axis=tuple(range(prod.ndim - nc, prod.ndim))) if nc else prod

@@ -56,6 +56,7 @@ from ._products import (
     cauchy_rows as cauchy_rows,
     derivative_rows as derivative_rows,
     dot_rows as dot_rows,
+    finite_part as finite_part,
     product_rows_max_order as product_rows_max_order,
     shifted_sum as shifted_sum,
     toeplitz as toeplitz,

@@ -78,14 +78,11 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
         table = toeplitz(b, degree + 1, da + 1)
         if not _policy.current().guarded_products:
             return lax.dot_general(table, a, (((1,), (0,)), ((), ())))
-        # The table's zeros above the diagonal meet every `a_i`: an overflowed one
-        # (`inf * 0`) would put NaN in the rows below `i`. It enters as 0, and rows from
-        # the first non-finite `a_i` on are made NaN (`a * 0` summed), as they would be.
-        # Six equations per product: a fifth more in a large program, hence the policy's
-        # choice (docs/EMISSION.md, "Overflow").
-        finite = jnp.isfinite(a)
-        c = lax.dot_general(table, jnp.where(finite, a, 0), (((1,), (0,)), ((), ())))
-        return c + running_rows(lax.cumsum(a * 0, 0), degree)
+        # The table's zeros meet every `a_i` (see `finite_part`). Six equations per
+        # product: a fifth more in a large program, hence the policy's choice
+        # (docs/EMISSION.md, "Overflow").
+        a, poison = finite_part(a, degree)
+        return lax.dot_general(table, a, (((1,), (0,)), ((), ()))) + poison
     terms = min(da, degree) + 1
     return shifted_sum(lambda i: lax.index_in_dim(a, i, keepdims=True), terms, b, degree)
 
@@ -118,6 +115,21 @@ def shifted_sum(row: Callable[[int], Array], terms: int, c: Array, degree: int) 
     return out
 
 
+def finite_part(a: Array, degree: int, summed: tuple[int, ...] = ()) -> tuple[Array, Array]:
+    """`a` with its non-finite entries as 0, and the rows 0..degree of a product's
+    poison: NaN from the first non-finite row of each entry on, else 0 (summed over the
+    axes `summed` of `a`'s rows, those a product contracts, before the running sum).
+
+    A Toeplitz table's zeros above its diagonal meet every row of the factor `a` in one
+    dot, so an overflowed `a_i` (`inf * 0`) would put NaN in the rows below `i`, the
+    primal too. Multiplied by the table as 0, it leaves those rows exact; the poison,
+    added to the product (reduced as the product reduces `a`), makes the rows from `i`
+    on not finite, as they would be (docs/EMISSION.md, "Overflow").
+    """
+    poison = jnp.sum(a * 0, axis=tuple(d + 1 for d in summed)) if summed else a * 0
+    return jnp.where(jnp.isfinite(a), a, 0), running_rows(lax.cumsum(poison, 0), degree)
+
+
 def running_rows(running: Array, degree: int) -> Array:
     """Rows 0..degree of a running sum over a factor's rows (`row * 0` summed: NaN from
     the first non-finite row on), its last row repeated past the factor's degree: a
@@ -137,13 +149,17 @@ def cauchy_bilinear(op: Callable[[Array, Array], Array], a: Array, b: Array, ord
         return jax.vmap(lambda bk: op(a[0], bk))(b[: degree + 1])
     if db == 0:
         return jax.vmap(lambda ak: op(ak, b[0]))(a[: degree + 1])
-    a = a[: degree + 1]
+    a, poison = finite_part(a[: degree + 1], degree)
     table = toeplitz(b, degree + 1, a.shape[0])
 
     def row(t_k):
         return jnp.sum(jax.vmap(op)(a, t_k), axis=0)
 
-    return jax.vmap(row)(table)
+    # The table's zeros meet every row of `a`: a non-finite entry enters as 0, and
+    # `op` with `b_0 * 0` carries its NaN to exactly the outputs it reaches, from its
+    # row on (see `finite_part`).
+    zero = b[0] * 0
+    return jax.vmap(row)(table) + jax.vmap(lambda p: op(p, zero))(poison)
 
 
 def product_rows_max_order(read_by_rows: bool = True) -> int:
