@@ -116,6 +116,47 @@ def test_rotation_with_decay_against_its_closed_form(mode):
         assert max(errors.values()) >= 1
 
 
+def _saved_times(backwards: bool):
+    """80 times from 0 to 3 (or 3 to 0): the middle ones shuffled, two repeated, one at
+    the start and one outside the interval (NaN, no gradient), about eleven to a step."""
+    inner = list(np.random.default_rng(5).uniform(0.05, 2.95, 74)) + [0.0, 1.5, 1.5, 4.0]
+    np.random.default_rng(6).shuffle(inner)
+    ts = np.array([0.0, *inner, 3.0])
+    return jnp.asarray(3.0 - ts if backwards else ts)
+
+
+@pytest.mark.parametrize("backwards", [False, True], ids=["forwards", "backwards"])
+def test_reverse_mode_through_many_saved_times_matches_forward_mode(backwards):
+    # The loss reads every saved state, so the backward walk must take each time's
+    # cotangent in the step that wrote it (a window of 8 at a time), and the times' own
+    # gradient too. Forward mode (`jax.jacfwd` through the forward loop's writes) is the
+    # reference; both differentiate the same computed solution.
+    ts = _saved_times(backwards)
+    y0, args = jnp.asarray([0.8, -0.5]), {"k": 0.3, "w": 1.1}
+    weights = jnp.asarray([1.0, 0.6])
+
+    def loss(gradients):
+        solve = taylax.ode.integrate(rotation_decay, order=10, gradients=gradients)
+
+        def value(ts, y0, args):
+            ys = solve(ts, y0, args).ys
+            return jnp.sum(weights * jnp.where(jnp.isnan(ys), 0.0, ys) ** 2)
+
+        return value
+
+    reverse = jax.jit(jax.grad(loss("reverse"), argnums=(0, 1, 2)))(ts, y0, args)
+    forward = jax.jit(jax.jacfwd(loss("forward"), argnums=(0, 1, 2)))(ts, y0, args)
+    assert int(taylax.ode.integrate(rotation_decay, order=10)(ts, y0, args).steps) == 7
+    outside = np.asarray(ts) == (-1.0 if backwards else 4.0)
+    assert outside.sum() == 1 and float(reverse[0][outside][0]) == 0.0
+    # Every other time moves the loss, but a time at the start (its state is `y0`).
+    at_start = np.arange(len(ts)) > 0
+    at_start &= np.asarray(ts) == float(ts[0])
+    assert np.all(np.asarray(reverse[0])[~outside & ~at_start] != 0)
+    errors = relative_errors(reverse, forward)
+    assert max(errors.values()) < 1e-12, errors
+
+
 LINEAR_A = np.array([[-0.3, 1.1, 0.2], [-0.9, -0.2, 0.4], [0.1, -0.5, -0.1]])
 LINEAR_Y0 = np.array([[0.8, -0.3], [-0.5, 0.6], [0.3, 1.2]])  # two starts, (3, B)
 LINEAR_W = np.array([1.0, 0.6, 1.7])

@@ -23,7 +23,6 @@ import numpy as np
 from jax import lax
 
 from ._coefficients import (
-    at_times,
     batched_problem,
     check_method,
     horner,
@@ -104,12 +103,11 @@ def _covers(offsets, h, direction):
 
 
 def _stepper(g, ts, order: int, batched: bool = False, method: str = "auto"):
-    """`(step, remaining, at_saved_times)`: one step from `(t, t_low, w)` (the next
-    `(t, t_low, w)`, the step's coefficients `c` and its size `h >= 0`), the time left to
-    `ts[-1]`, and the step's polynomial at every `ts` with which of them it covers.
-    `batched`: `t`, `t_low` are `(B,)` and `w` is `(n, B)`, B trajectories stepping at
-    once, each with its own step (0 once it has reached `ts[-1]`). `method`: how the
-    coefficients are computed (`solution_series`)."""
+    """`(step, remaining)`: one step from `(t, t_low, w)` (the next `(t, t_low, w)`, the
+    step's coefficients `c` and its size `h >= 0`) and the time left to `ts[-1]`. Only
+    `ts[0]` and `ts[-1]` are read. `batched`: `t`, `t_low` are `(B,)` and `w` is `(n, B)`,
+    B trajectories stepping at once, each with its own step (0 once it has reached
+    `ts[-1]`). `method`: how the coefficients are computed (`solution_series`)."""
     t_end = ts[-1]
     direction = time_direction(ts, ts.dtype)
 
@@ -127,14 +125,16 @@ def _stepper(g, ts, order: int, batched: bool = False, method: str = "auto"):
         t_next, t_low_next = jnp.where(last, t_end, t_next), jnp.where(last, 0, t_low_next)
         return t_next, t_low_next, horner(c, direction * h), c, h
 
-    def at_saved_times(c, t, t_low, h):
-        """The polynomial `c` of a step of size `h` from `t + t_low` at every time of
-        `ts`, and which of them lie inside the step (the reverse walk's form: the forward
-        loop writes only the times a step covers, `_save_window`)."""
-        offsets, values = at_times(c, ts, t, t_low)
-        return values, _covers(offsets, h, direction)
+    return step, remaining
 
-    return step, remaining, at_saved_times
+
+def _sorted_times(ts):
+    """`(direction, order_ts, sorted_ts)`: the saved times sorted along the integration
+    (stable, so equal times keep their order), as the forward loop writes them and the
+    reverse walk reads them."""
+    direction = time_direction(ts, ts.dtype)
+    order_ts = jnp.argsort(direction * ts, stable=True)
+    return direction, order_ts, ts[order_ts]
 
 
 def _setup(vector_field, ts, y0, args, tol, order, batched: bool = False):
@@ -167,7 +167,8 @@ def _march(
 ):
     """Step from `ts[0]` to `ts[-1]`: `(saved, steps, trails, (t, t_low, w, watch))`. With
     `trail`, `trails` holds every step's starting `(t, t_low, w)` stacked
-    `(max_steps, ...)` for the reverse pass. `batched`: `w0` is `(n, B)`; the loop runs
+    `(max_steps, ...)` for the reverse pass, and the range `[lo, hi)` of the sorted saved
+    times (`_sorted_times`) the step wrote. `batched`: `w0` is `(n, B)`; the loop runs
     until every trajectory is done, and `steps` counts each one's steps. With `events`
     (for steps of order `order` of the ODE `w' = field(t, w)`), a trajectory whose event
     fires in a step stays at that step's start, its times in the step unsaved:
@@ -176,9 +177,7 @@ def _march(
     # of those it covers from the first not yet passed (`_save_window`), instead of its
     # polynomial at every time and a select over all of `saved`, which took 100 Kepler
     # orbits from 18 ms with 2 times to 781 ms with 10,001 (docs/ODE.md).
-    direction = time_direction(ts, ts.dtype)
-    order_ts = jnp.argsort(direction * ts, stable=True)
-    sorted_ts = ts[order_ts]
+    direction, order_ts, sorted_ts = _sorted_times(ts)
     # NaN until a step covers the time: times never reached stay NaN.
     start = (sorted_ts == ts[0]).reshape(ts.shape + (1,) * w0.ndim)
     saved = jnp.where(start, w0, jnp.nan)
@@ -190,7 +189,10 @@ def _march(
         save = jax.vmap(save, in_axes=(-1, 0, -1, 0, 0, 0, 0), out_axes=(-1, 0))
     zero = jnp.zeros(batch, w0.dtype)
     shapes = ((), (), w0.shape)  # t, t_low, w
-    trails = tuple(jnp.zeros((max_steps, *s), w0.dtype) for s in shapes) if trail else ()
+    trails = ()
+    if trail:
+        trails = tuple(jnp.zeros((max_steps, *s), w0.dtype) for s in shapes)
+        trails += (jnp.zeros((max_steps, *batch), first.dtype),) * 2  # lo, hi
     t0 = jnp.broadcast_to(ts[0], batch)
     watch = events.start(field, t0, w0, order) if events is not None else None
 
@@ -204,8 +206,6 @@ def _march(
 
     def body(state):
         t, t_low, w, (saved, first), steps, trails, watch = state
-        if trail:
-            trails = tuple(b.at[steps].set(v) for b, v in zip(trails, (t, t_low, w)))
         active = running(t, t_low, watch)
         t_next, low_next, w_next, c, h = step(t, t_low, w)
         keep = jnp.ones(batch, bool)
@@ -216,7 +216,10 @@ def _march(
             low_next = jnp.where(stop, t_low, low_next)
             w_next = jnp.where(stop, w, w_next)
             keep = ~stop
+        lo = first
         saved, first = save(saved, first, c, t, t_low, h, keep)
+        if trail:
+            trails = tuple(b.at[steps].set(v) for b, v in zip(trails, (t, t_low, w, lo, first)))
         steps = steps + active.astype(jnp.int32)
         return t_next, low_next, w_next, (saved, first), steps, trails, watch
 
@@ -256,6 +259,42 @@ def _save_window(saved, first, c, t, t_low, h, keep, *, sorted_ts, direction, wi
     return saved, first
 
 
+def _window_cotangents(c, t, t_low, lo, hi, sorted_ts, ct_sorted, ct_sorted_ts):
+    """The reverse of `_save_window` for one step: the cotangents of the step's
+    coefficients `c`, of `t` and `t_low`, and `ct_sorted_ts` plus those of the sorted saved
+    times, from the cotangents `ct_sorted` of the saved states at the sorted indices
+    `[lo, hi)` the step wrote, read a window of `_WINDOW` at a time."""
+    n = sorted_ts.shape[0]
+    window = min(n, _WINDOW)
+
+    def body(state):
+        j, ct_c, ct_t, ct_low, ct_sorted_ts = state
+        index = j + jnp.arange(window)
+        safe = jnp.minimum(index, n - 1)
+        inside = index < hi
+
+        def values(c, t, t_low, times):
+            # The times past the step's, at offset 0: far ahead the polynomial may
+            # overflow, and its zero cotangent times inf would be NaN.
+            offsets = jnp.where(inside, (times - t) - t_low, 0)
+            return jax.vmap(lambda d: horner(c, d))(offsets)
+
+        ct_values = jnp.where(inside[:, None], ct_sorted[safe], 0)
+        _, vjp = jax.vjp(values, c, t, t_low, sorted_ts[safe])
+        d_c, d_t, d_low, d_times = vjp(ct_values)
+        ct_sorted_ts = ct_sorted_ts.at[index].add(d_times, mode="drop")
+        return j + window, ct_c + d_c, ct_t + d_t, ct_low + d_low, ct_sorted_ts
+
+    zero = jnp.zeros((), t.dtype)
+    state = (lo, jnp.zeros_like(c), zero, zero, ct_sorted_ts)
+    # A window as long as `ts` covers every time in one pass: no loop.
+    if window >= n:
+        state = body(state)
+    else:
+        state = lax.while_loop(lambda s: s[0] < hi, body, state)
+    return state[1:]
+
+
 def _reverse_solve(
     vector_field, tol, order, max_steps: int, event=None, event_direction=0, method="auto"
 ):
@@ -275,7 +314,7 @@ def _reverse_solve(
 
     def march(ts, w0, diff_leaves, y_like, rebuild, p, trail):
         args_in = rebuild(diff_leaves)
-        step, remaining, _, g, to_state = pieces(ts, args_in, y_like, p)
+        step, remaining, g, to_state = pieces(ts, args_in, y_like, p)
         events = None
         if event is not None:
             events = Events(event, event_direction, args_in, to_state, ts, w0.dtype, False)
@@ -320,46 +359,54 @@ def _reverse_solve(
             return (saved, steps, end), (ts, w0, diff_leaves, back_from, trails)
 
         def run_bwd(residuals, cotangents):
-            ts, w0, diff_leaves, steps, (t_trail, low_trail, w_trail) = residuals
+            ts, w0, diff_leaves, steps, (t_trail, low_trail, w_trail, lo, hi) = residuals
             ct_saved = jnp.nan_to_num(cotangents[0])  # unreached times carry no gradient
             zero = jnp.zeros((), w0.dtype)
             ct_end = (zero, zero, jnp.zeros_like(w0))
             if cotangents[2]:
                 # The event's time and state reach the loop through its last start.
                 ct_end = tuple(cotangents[2][:3])
+            # A step reads `ts` only at its ends; the saved times it wrote, `[lo, hi)` in
+            # sorted order, are read a window at a time (`_window_cotangents`), so that a
+            # backward step costs nothing per saved time it does not cover.
+            ends = ts[jnp.asarray([0, -1])]
+            _, order_ts, sorted_ts = _sorted_times(ts)
+            ct_sorted = ct_saved[order_ts]
 
             def back(state):
-                i, ct_t, ct_low, ct_w, ct_saved, ct_ts, ct_leaves = state
+                i, ct_t, ct_low, ct_w, ct_sorted_ts, ct_ends, ct_leaves = state
                 i = i - 1
                 t, t_low, w = t_trail[i], low_trail[i], w_trail[i]
 
-                def moved(ts, leaves, t, t_low, w):
-                    step, _, at_saved_times, *_ = pieces(ts, rebuild(leaves), y_like, p)
-                    t_next, low_next, w_next, c, h = step(t, t_low, w)
-                    values, inside = at_saved_times(c, t, t_low, h)
-                    return (t_next, low_next, w_next, values), inside
+                def moved(ends, leaves, t, t_low, w):
+                    step, *_ = pieces(ends, rebuild(leaves), y_like, p)
+                    return step(t, t_low, w)[:4]  # t, t_low, w and the coefficients
 
-                _, vjp, inside = jax.vjp(moved, ts, diff_leaves, t, t_low, w, has_aux=True)
-                ct_values = jnp.where(inside[:, None], ct_saved, 0)
-                ct_saved = jnp.where(inside[:, None], 0, ct_saved)
-                d_ts, d_leaves, ct_t, ct_low, ct_w = vjp((ct_t, ct_low, ct_w, ct_values))
+                (*_, c), vjp = jax.vjp(moved, ends, diff_leaves, t, t_low, w)
+                ct_c, ct_t_saved, ct_low_saved, ct_sorted_ts = _window_cotangents(
+                    c, t, t_low, lo[i], hi[i], sorted_ts, ct_sorted, ct_sorted_ts
+                )
+                d_ends, d_leaves, ct_t, ct_low, ct_w = vjp((ct_t, ct_low, ct_w, ct_c))
                 ct_leaves = [a + b for a, b in zip(ct_leaves, d_leaves)]
-                return i, ct_t, ct_low, ct_w, ct_saved, ct_ts + d_ts, ct_leaves
+                ct_t, ct_low = ct_t + ct_t_saved, ct_low + ct_low_saved
+                return i, ct_t, ct_low, ct_w, ct_sorted_ts, ct_ends + d_ends, ct_leaves
 
             state = (
                 steps,
                 *ct_end,
-                ct_saved,
                 jnp.zeros_like(ts),
+                jnp.zeros_like(ends),
                 [jnp.zeros_like(leaf) for leaf in diff_leaves],
             )
-            _, ct_t, _, ct_w, ct_saved, ct_ts, ct_leaves = lax.while_loop(
+            _, ct_t, _, ct_w, ct_sorted_ts, ct_ends, ct_leaves = lax.while_loop(
                 lambda s: s[0] > 0, back, state
             )
-            # The start: `t = ts[0]`, `w = w0`, and the saved states at `ts == ts[0]`.
+            # The start: `t = ts[0]`, `w = w0`, and the saved states at `ts == ts[0]` (no
+            # step covers them).
             start = ts == ts[0]
             ct_w = ct_w + jnp.sum(jnp.where(start[:, None], ct_saved, 0), axis=0)
-            ct_ts = ct_ts.at[0].add(ct_t)
+            ct_ts = jnp.zeros_like(ts).at[order_ts].add(ct_sorted_ts)
+            ct_ts = ct_ts.at[0].add(ct_ends[0] + ct_t).at[-1].add(ct_ends[1])
             return ct_ts, ct_w, ct_leaves
 
         run.defvjp(run_fwd, run_bwd)
@@ -373,7 +420,7 @@ def _reverse_solve(
             return Solution(jax.vmap(to_state)(saved), steps)
         t, t_low, w, watch = end
         # The event's step again, differentiably (`_reverse_solve`'s docstring).
-        step, *_ = _stepper(g, ts, p, method=method)
+        step, _ = _stepper(g, ts, p, method=method)
         *_, c, _h = step(t, t_low, w)
         events = Events(event, event_direction, args, to_state, ts, w0.dtype, False)
         saved, t_event, w_event = events.finish(watch._replace(c=c), t, t_low, ts, saved)
@@ -444,7 +491,7 @@ def integrate(
     (see `gradients`). Times outside the interval from `ts[0]` to `ts[-1]` stay NaN. `ts`
     may hold many times: each step evaluates its polynomial only at the times it covers
     (100 orbits of Kepler's problem, 3,773 steps, take 19 ms with 2 saved times and 22 ms
-    with 10,001).
+    with 10,001), and each backward step of reverse mode reads only theirs.
 
     The math: at `(t, y)` the step's coefficients `y_0..y_p` come from
     `taylax.ode.coefficients`; the step `h` from the last two of them (Jorba and Zou:
@@ -513,7 +560,7 @@ def integrate(
 
     def solve(ts, y0, args=None) -> Solution:
         w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order, batch)
-        step, remaining, _ = _stepper(g, ts, p, batch, coefficients)
+        step, remaining = _stepper(g, ts, p, batch, coefficients)
         events = None
         if event is not None:
             events = Events(event, event_direction, args, to_state, ts, w0.dtype, batch)
