@@ -155,6 +155,46 @@ def test_reverse_mode_equals_forward_mode(t_end):
     assert bool(sol.event_happened) == (t_end == 3.0)
 
 
+def test_batch_reverse_mode_equals_forward_mode():
+    # The same loss over a batch of three trajectories, each with its own parameter: the
+    # first two fire at different steps, the third (a slow, weak oscillation) does not.
+    # The batch walks back from the most steps any took; each trajectory from its own.
+    def loss(gradients):
+        solve = taylax.ode.integrate(
+            damped,
+            order=8,
+            batch=True,
+            event=lambda t, y, a: y[0] - 0.2,
+            event_direction=-1,
+            gradients=gradients,
+        )
+
+        def value(y0, k, ts):
+            sol = solve(ts, y0, {"k": k})
+            on_event = jnp.where(sol.event_happened, sol.t_event**2 + jnp.sum(sol.y_event**3, 0), 0)
+            return jnp.sum(on_event) + jnp.nansum(jnp.sin(sol.ys))
+
+        return value
+
+    y0 = jnp.array([[1.0, 0.8, 0.25], [0.3, -0.2, 0.0]])
+    k, ts = jnp.array([1.3, 2.1, 0.05]), jnp.linspace(0.0, 3.0, 7)
+    forward = jax.jit(jax.jacfwd(loss("forward"), argnums=(0, 1, 2)))(y0, k, ts)
+    reverse = jax.jit(jax.grad(loss("reverse"), argnums=(0, 1, 2)))(y0, k, ts)
+    for f, r in zip(forward, reverse):
+        assert np.all(np.isfinite(r))
+        np.testing.assert_allclose(r, f, rtol=1e-13, atol=1e-13)
+    sol = taylax.ode.integrate(
+        damped,
+        order=8,
+        batch=True,
+        event=lambda t, y, a: y[0] - 0.2,
+        event_direction=-1,
+        gradients="reverse",
+    )(ts, y0, {"k": k})
+    assert sol.event_happened.tolist() == [True, True, False]
+    assert len(set(sol.steps.tolist())) == 3
+
+
 def test_event_direction_forwards_and_backwards_in_time():
     # `event_direction=-1`: cos(t) falling through zero as time increases. From pi
     # forwards, cos rises through zero at 3 pi / 2 (skipped) and falls at 5 pi / 2; from

@@ -2,9 +2,9 @@
 
 The loss is a weighted sum of squares of the final state, `L = sum(w * y(T)^2)`; its
 gradient with respect to the initial state and to the floating-point parameters in `args`
-is taken by forward mode (`jax.jacfwd` of the default `gradients="forward"`, also with
-`batch=True`) and by reverse mode (`jax.grad` of `gradients="reverse"`), and checked
-against:
+is taken by forward mode (`jax.jacfwd` of the default `gradients="forward"`) and by
+reverse mode (`jax.grad` of `gradients="reverse"`), each also with `batch=True`, and
+checked against:
 
 - a 2x2 rotation with decay, by its closed form's gradient written out by hand;
 - a general 3x3 linear system `y' = s A y`, by `jax.grad` of the loss on
@@ -58,23 +58,25 @@ def assert_close(got, want, rtol=RTOL):
 
 def gradient(field, mode: str, ts, weights, order: int = ORDER):
     """A compiled `(y0, args) -> (dL/dy0, dL/dargs)` for `L = sum(weights * y(ts[-1])^2)`
-    by `mode`: `"forward"` (`jax.jacfwd`), `"reverse"` (`jax.grad`) or `"batch"`
+    by `mode`: `"forward"` (`jax.jacfwd`), `"reverse"` (`jax.grad`), `"batch"`
     (`jax.jacfwd` of a `batch=True` solve: `y0` is `(n, B)`, the loss summed over the
-    trajectories)."""
+    trajectories) or `"batch-reverse"` (`jax.grad` of a `batch=True` solve)."""
+    reverse = mode in ("reverse", "batch-reverse")
+    batch = mode.startswith("batch")
     solve = taylax.ode.integrate(
         field,
         order=order,
         max_steps=1000,
-        gradients="reverse" if mode == "reverse" else "forward",
-        batch=mode == "batch",
+        gradients="reverse" if reverse else "forward",
+        batch=batch,
     )
 
     def loss(y0, args):
         y_end = solve(ts, y0, args).ys[-1]
-        w = weights if mode != "batch" else weights[:, None]
+        w = weights[:, None] if batch else weights
         return jnp.sum(w * y_end**2)
 
-    derivative = jax.grad if mode == "reverse" else jax.jacfwd
+    derivative = jax.grad if reverse else jax.jacfwd
     return jax.jit(derivative(loss, argnums=(0, 1)))
 
 
@@ -125,18 +127,22 @@ def _saved_times(backwards: bool):
     return jnp.asarray(3.0 - ts if backwards else ts)
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["one", "batch"])
 @pytest.mark.parametrize("backwards", [False, True], ids=["forwards", "backwards"])
-def test_reverse_mode_through_many_saved_times_matches_forward_mode(backwards):
+def test_reverse_mode_through_many_saved_times_matches_forward_mode(backwards, batch):
     # The loss reads every saved state, so the backward walk must take each time's
     # cotangent in the step that wrote it (a window of 8 at a time), and the times' own
     # gradient too. Forward mode (`jax.jacfwd` through the forward loop's writes) is the
-    # reference; both differentiate the same computed solution.
+    # reference; both differentiate the same computed solution. The batch's three
+    # starts, of different sizes, take different numbers of steps.
     ts = _saved_times(backwards)
     y0, args = jnp.asarray([0.8, -0.5]), {"k": 0.3, "w": 1.1}
-    weights = jnp.asarray([1.0, 0.6])
+    if batch:
+        y0 = jnp.asarray([[0.8, 3.0, 0.01], [-0.5, 2.0, 0.02]])
+    weights = jnp.asarray([1.0, 0.6]).reshape((2,) + (1,) * batch)
 
     def loss(gradients):
-        solve = taylax.ode.integrate(rotation_decay, order=10, gradients=gradients)
+        solve = taylax.ode.integrate(rotation_decay, order=10, gradients=gradients, batch=batch)
 
         def value(ts, y0, args):
             ys = solve(ts, y0, args).ys
@@ -146,7 +152,8 @@ def test_reverse_mode_through_many_saved_times_matches_forward_mode(backwards):
 
     reverse = jax.jit(jax.grad(loss("reverse"), argnums=(0, 1, 2)))(ts, y0, args)
     forward = jax.jit(jax.jacfwd(loss("forward"), argnums=(0, 1, 2)))(ts, y0, args)
-    assert int(taylax.ode.integrate(rotation_decay, order=10)(ts, y0, args).steps) == 7
+    steps = taylax.ode.integrate(rotation_decay, order=10, batch=batch)(ts, y0, args).steps
+    assert steps.tolist() == ([7, 7, 5] if batch else 7)
     outside = np.asarray(ts) == (-1.0 if backwards else 4.0)
     assert outside.sum() == 1 and float(reverse[0][outside][0]) == 0.0
     # Every other time moves the loss, but a time at the start (its state is `y0`).
@@ -178,10 +185,10 @@ def expm_gradient(y0, args):
     return jax.jit(jax.grad(loss, argnums=(0, 1)))(y0, args)
 
 
-@pytest.mark.parametrize("mode", ["forward", "reverse", "batch"])
+@pytest.mark.parametrize("mode", ["forward", "reverse", "batch", "batch-reverse"])
 def test_linear_system_against_the_gradient_of_expm(mode):
     args = {"A": jnp.asarray(LINEAR_A), "s": jnp.asarray(1.2)}
-    y0 = jnp.asarray(LINEAR_Y0 if mode == "batch" else LINEAR_Y0[:, 0])
+    y0 = jnp.asarray(LINEAR_Y0 if mode.startswith("batch") else LINEAR_Y0[:, 0])
     ts = jnp.array([0.0, LINEAR_T])
     got = gradient(linear, mode, ts, jnp.asarray(LINEAR_W))(y0, args)
     want = expm_gradient(y0, args)
@@ -245,10 +252,10 @@ def pendulum_finite_differences(delta: float = 4e-3):
 def pendulum_gradient(mode: str):
     """taylax's gradient of the pendulum's loss by `mode`: `(d_y0, d_params)`, `d_y0`
     `(B, 2)` (one row per start) and `d_params` `(B, 2)` rows `(dL/dg, dL/dc)`, or for
-    `"batch"` (one solve of both starts, one loss) their sum `(2,)`."""
+    the batch modes (one solve of both starts, one loss) their sum `(2,)`."""
     grad = gradient(pendulum, mode, jnp.array([0.0, PENDULUM_T]), jnp.asarray(PENDULUM_W))
     args = {k: jnp.asarray(v) for k, v in PENDULUM_ARGS.items()}
-    if mode == "batch":
+    if mode.startswith("batch"):
         d_y0, d_args = grad(jnp.asarray(PENDULUM_Y0), args)
         return np.asarray(d_y0).T, np.array([d_args["g"], d_args["c"]])
     rows = []
@@ -265,10 +272,10 @@ def assert_pendulum_close(mode: str, reference) -> None:
     d_y0, d_params = pendulum_gradient(mode)
     for b, row in enumerate(reference):
         got, want = {"y0": d_y0[b]}, {"y0": row[:2]}
-        if mode != "batch":
+        if not mode.startswith("batch"):
             got[f"(g, c), start {b}"], want[f"(g, c), start {b}"] = d_params[b], row[2:]
         assert_close(got, want)
-    if mode == "batch":
+    if mode.startswith("batch"):
         assert_close({"(g, c), summed": d_params}, {"(g, c), summed": reference[:, 2:].sum(0)})
 
 
@@ -283,7 +290,7 @@ def test_the_finite_difference_reference_is_good_to_1e_9():
     assert np.max(coarse) > 1e-9 * np.max(np.abs(reference))
 
 
-@pytest.mark.parametrize("mode", ["forward", "reverse", "batch"])
+@pytest.mark.parametrize("mode", ["forward", "reverse", "batch", "batch-reverse"])
 def test_pendulum_against_finite_differences(mode):
     assert_pendulum_close(mode, pendulum_finite_differences()[0])
 
@@ -311,7 +318,7 @@ def heyoka_gradients(tol: float = 1e-15):
     return np.array(rows)
 
 
-@pytest.mark.parametrize("mode", ["forward", "reverse", "batch"])
+@pytest.mark.parametrize("mode", ["forward", "reverse", "batch", "batch-reverse"])
 def test_pendulum_against_heyokas_variational_equations(mode):
     reference = heyoka_gradients()
     # heyoka and the finite differences agree with each other first.

@@ -246,10 +246,6 @@ def test_a_batch_of_pytree_states_backwards_in_time_and_forward_gradients():
             ),
             "same axis of trajectories",
         ),
-        (
-            lambda: taylax.ode.integrate(oscillator, batch=True, gradients="reverse"),
-            "forward-mode gradients only",
-        ),
     ],
 )
 def test_batch_errors(make, words):

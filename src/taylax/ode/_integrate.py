@@ -26,6 +26,7 @@ from ._coefficients import (
     batched_problem,
     check_method,
     horner,
+    horner_for_vjp,
     real_problem,
     solution_series,
     time_direction,
@@ -102,12 +103,15 @@ def _covers(offsets, h, direction):
     return (ahead > 0) & (ahead - h <= 0)
 
 
-def _stepper(g, ts, order: int, batched: bool = False, method: str = "auto"):
+def _stepper(
+    g, ts, order: int, batched: bool = False, method: str = "auto", evaluate: Callable = horner
+):
     """`(step, remaining)`: one step from `(t, t_low, w)` (the next `(t, t_low, w)`, the
     step's coefficients `c` and its size `h >= 0`) and the time left to `ts[-1]`. Only
     `ts[0]` and `ts[-1]` are read. `batched`: `t`, `t_low` are `(B,)` and `w` is `(n, B)`,
     B trajectories stepping at once, each with its own step (0 once it has reached
-    `ts[-1]`). `method`: how the coefficients are computed (`solution_series`)."""
+    `ts[-1]`). `method`: how the coefficients are computed (`solution_series`);
+    `evaluate`: the polynomial's evaluation (`horner_for_vjp` for reverse mode)."""
     t_end = ts[-1]
     direction = time_direction(ts, ts.dtype)
 
@@ -123,7 +127,7 @@ def _stepper(g, ts, order: int, batched: bool = False, method: str = "auto"):
         last = h >= left
         t_next, t_low_next = _two_sum(t, direction * h, t_low)
         t_next, t_low_next = jnp.where(last, t_end, t_next), jnp.where(last, 0, t_low_next)
-        return t_next, t_low_next, horner(c, direction * h), c, h
+        return t_next, t_low_next, evaluate(c, direction * h), c, h
 
     return step, remaining
 
@@ -188,9 +192,10 @@ def _march(
     if batched:
         save = jax.vmap(save, in_axes=(-1, 0, -1, 0, 0, 0, 0), out_axes=(-1, 0))
     zero = jnp.zeros(batch, w0.dtype)
-    shapes = ((), (), w0.shape)  # t, t_low, w
     trails = ()
     if trail:
+        # t, t_low, w; in a batch the trajectories come first (`_write_trail`).
+        shapes = (batch, batch, (*batch, *w0.shape[: w0.ndim - len(batch)]))
         trails = tuple(jnp.zeros((max_steps, *s), w0.dtype) for s in shapes)
         trails += (jnp.zeros((max_steps, *batch), first.dtype),) * 2  # lo, hi
     t0 = jnp.broadcast_to(ts[0], batch)
@@ -219,7 +224,8 @@ def _march(
         lo = first
         saved, first = save(saved, first, c, t, t_low, h, keep)
         if trail:
-            trails = tuple(b.at[steps].set(v) for b, v in zip(trails, (t, t_low, w, lo, first)))
+            values = (t, t_low, w, lo, first)
+            trails = tuple(_write_trail(b, steps, v, batched) for b, v in zip(trails, values))
         steps = steps + active.astype(jnp.int32)
         return t_next, low_next, w_next, (saved, first), steps, trails, watch
 
@@ -228,6 +234,26 @@ def _march(
     # Back to the order of `ts`.
     saved = saved[jnp.argsort(order_ts)]
     return saved, steps, trails, (t, t_low, w, watch)
+
+
+def _write_trail(trail, steps, value, batched: bool):
+    """`trail` (`(max_steps, ...)`) with `value` written at row `steps`. With `batched`,
+    `value`'s last axis is the batch and `trail` is `(max_steps, B, ...)`: each
+    trajectory's entry goes to its own step count's row, one scatter over the two
+    leading axes (with the batch last in the trail, the scatter was a transpose of the
+    whole trail at every step)."""
+    if not batched:
+        return trail.at[steps].set(value)
+    cols = jnp.arange(trail.shape[1])
+    return trail.at[steps, cols].set(jnp.moveaxis(value, -1, 0))
+
+
+def _read_trail(trail, index, batched: bool):
+    """Row `index` of `trail`; with `batched`, `index` is `(B,)`, each trajectory's entry
+    comes from its own row, and the batch goes back to the last axis."""
+    if not batched:
+        return trail[index]
+    return jnp.moveaxis(trail[index, jnp.arange(trail.shape[1])], 0, -1)
 
 
 # The most saved times one pass of `_save_window`'s loop evaluates.
@@ -277,7 +303,7 @@ def _window_cotangents(c, t, t_low, lo, hi, sorted_ts, ct_sorted, ct_sorted_ts):
             # The times past the step's, at offset 0: far ahead the polynomial may
             # overflow, and its zero cotangent times inf would be NaN.
             offsets = jnp.where(inside, (times - t) - t_low, 0)
-            return jax.vmap(lambda d: horner(c, d))(offsets)
+            return jax.vmap(lambda d: horner_for_vjp(c, d))(offsets)
 
         ct_values = jnp.where(inside[:, None], ct_sorted[safe], 0)
         _, vjp = jax.vjp(values, c, t, t_low, sorted_ts[safe])
@@ -296,11 +322,22 @@ def _window_cotangents(c, t, t_low, lo, hi, sorted_ts, ct_sorted, ct_sorted_ts):
 
 
 def _reverse_solve(
-    vector_field, tol, order, max_steps: int, event=None, event_direction=0, method="auto"
+    vector_field,
+    tol,
+    order,
+    max_steps: int,
+    event=None,
+    event_direction=0,
+    method="auto",
+    batched: bool = False,
 ):
     """`solve` for reverse mode: a `jax.custom_vjp` whose backward pass walks the steps
     back, each step's vjp taken at its stored starting state (a discrete adjoint: the
     derivative of the computed solution, as `jax.grad` of the unrolled loop would be).
+
+    `batched`: the trajectories of a batch walk back together, from the most steps any
+    took; a trajectory with fewer takes part from its own last step, and before that
+    its cotangents pass through untouched.
 
     With an `event` the loop also returns where it stopped: the start `(t, t_low, w)` of
     the step the event fired in and the bracket of its root. Outside the `custom_vjp` that
@@ -309,17 +346,28 @@ def _reverse_solve(
     time and state through them, and through that start into the backward walk."""
 
     def pieces(ts, args_in, y_like, p):
-        _, g, to_state = real_problem(vector_field, y_like, args_in)
-        return (*_stepper(g, ts, p, method=method), g, to_state)
+        problem = batched_problem if batched else real_problem
+        _, g, to_state = problem(vector_field, y_like, args_in)
+        stepper = _stepper(g, ts, p, batched, method=method, evaluate=horner_for_vjp)
+        return (*stepper, g, to_state)
 
     def march(ts, w0, diff_leaves, y_like, rebuild, p, trail):
         args_in = rebuild(diff_leaves)
         step, remaining, g, to_state = pieces(ts, args_in, y_like, p)
         events = None
         if event is not None:
-            events = Events(event, event_direction, args_in, to_state, ts, w0.dtype, False)
+            events = Events(event, event_direction, args_in, to_state, ts, w0.dtype, batched)
         saved, steps, trails, (t, t_low, w, watch) = _march(
-            step, remaining, ts, w0, max_steps, trail=trail, events=events, field=g, order=p
+            step,
+            remaining,
+            ts,
+            w0,
+            max_steps,
+            trail=trail,
+            batched=batched,
+            events=events,
+            field=g,
+            order=p,
         )
         # Where the loop stopped (the event's step), without the coefficients `c`, which
         # are computed again outside, where reverse mode can reach them.
@@ -359,9 +407,9 @@ def _reverse_solve(
             return (saved, steps, end), (ts, w0, diff_leaves, back_from, trails)
 
         def run_bwd(residuals, cotangents):
-            ts, w0, diff_leaves, steps, (t_trail, low_trail, w_trail, lo, hi) = residuals
+            ts, w0, diff_leaves, back_from, trails = residuals
             ct_saved = jnp.nan_to_num(cotangents[0])  # unreached times carry no gradient
-            zero = jnp.zeros((), w0.dtype)
+            zero = jnp.zeros(back_from.shape, w0.dtype)
             ct_end = (zero, zero, jnp.zeros_like(w0))
             if cotangents[2]:
                 # The event's time and state reach the loop through its last start.
@@ -372,29 +420,47 @@ def _reverse_solve(
             ends = ts[jnp.asarray([0, -1])]
             _, order_ts, sorted_ts = _sorted_times(ts)
             ct_sorted = ct_saved[order_ts]
+            windows = _window_cotangents
+            if batched:
+                windows = jax.vmap(
+                    _window_cotangents,
+                    in_axes=(-1, 0, 0, 0, 0, None, -1, -1),
+                    out_axes=(-1, 0, 0, -1),
+                )
 
             def back(state):
                 i, ct_t, ct_low, ct_w, ct_sorted_ts, ct_ends, ct_leaves = state
                 i = i - 1
-                t, t_low, w = t_trail[i], low_trail[i], w_trail[i]
+                # In a batch, a trajectory whose steps are all walked back (or not yet
+                # reached) reads its first real row with no cotangent: a row never
+                # written could make the step's derivatives NaN, and NaN times 0 is NaN.
+                active = i < back_from
+                index = jnp.where(active, i, jnp.maximum(back_from - 1, 0))
+                t, t_low, w, lo, hi = (_read_trail(b, index, batched) for b in trails)
 
                 def moved(ends, leaves, t, t_low, w):
                     step, *_ = pieces(ends, rebuild(leaves), y_like, p)
                     return step(t, t_low, w)[:4]  # t, t_low, w and the coefficients
 
                 (*_, c), vjp = jax.vjp(moved, ends, diff_leaves, t, t_low, w)
-                ct_c, ct_t_saved, ct_low_saved, ct_sorted_ts = _window_cotangents(
-                    c, t, t_low, lo[i], hi[i], sorted_ts, ct_sorted, ct_sorted_ts
+                hi = jnp.where(active, hi, lo)
+                ct_c, ct_t_saved, ct_low_saved, ct_sorted_ts = windows(
+                    c, t, t_low, lo, hi, sorted_ts, ct_sorted, ct_sorted_ts
                 )
-                d_ends, d_leaves, ct_t, ct_low, ct_w = vjp((ct_t, ct_low, ct_w, ct_c))
+                later = (ct_t, ct_low, ct_w)
+                masked = tuple(jnp.where(active, ct, 0) for ct in later)
+                d_ends, d_leaves, *earlier = vjp((*masked, ct_c))
+                ct_t, ct_low, ct_w = (
+                    jnp.where(active, now, before) for now, before in zip(earlier, later)
+                )
                 ct_leaves = [a + b for a, b in zip(ct_leaves, d_leaves)]
                 ct_t, ct_low = ct_t + ct_t_saved, ct_low + ct_low_saved
                 return i, ct_t, ct_low, ct_w, ct_sorted_ts, ct_ends + d_ends, ct_leaves
 
             state = (
-                steps,
+                jnp.max(back_from),
                 *ct_end,
-                jnp.zeros_like(ts),
+                jnp.zeros(ts.shape + back_from.shape, ts.dtype),
                 jnp.zeros_like(ends),
                 [jnp.zeros_like(leaf) for leaf in diff_leaves],
             )
@@ -403,26 +469,27 @@ def _reverse_solve(
             )
             # The start: `t = ts[0]`, `w = w0`, and the saved states at `ts == ts[0]` (no
             # step covers them).
-            start = ts == ts[0]
-            ct_w = ct_w + jnp.sum(jnp.where(start[:, None], ct_saved, 0), axis=0)
+            start = (ts == ts[0]).reshape(ts.shape + (1,) * w0.ndim)
+            ct_w = ct_w + jnp.sum(jnp.where(start, ct_saved, 0), axis=0)
+            ct_sorted_ts = ct_sorted_ts.reshape(ts.shape + (-1,)).sum(axis=1)
             ct_ts = jnp.zeros_like(ts).at[order_ts].add(ct_sorted_ts)
-            ct_ts = ct_ts.at[0].add(ct_ends[0] + ct_t).at[-1].add(ct_ends[1])
+            ct_ts = ct_ts.at[0].add(ct_ends[0] + jnp.sum(ct_t)).at[-1].add(ct_ends[1])
             return ct_ts, ct_w, ct_leaves
 
         run.defvjp(run_fwd, run_bwd)
         return run, diff_leaves
 
     def solve(ts, y0, args=None) -> Solution:
-        w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order)
+        w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order, batched)
         run, diff_leaves = make(y0, args, p)
         saved, steps, end = run(ts, w0, diff_leaves)
         if not end:
             return Solution(jax.vmap(to_state)(saved), steps)
         t, t_low, w, watch = end
         # The event's step again, differentiably (`_reverse_solve`'s docstring).
-        step, _ = _stepper(g, ts, p, method=method)
+        step, _ = _stepper(g, ts, p, batched, method=method)
         *_, c, _h = step(t, t_low, w)
-        events = Events(event, event_direction, args, to_state, ts, w0.dtype, False)
+        events = Events(event, event_direction, args, to_state, ts, w0.dtype, batched)
         saved, t_event, w_event = events.finish(watch._replace(c=c), t, t_low, ts, saved)
         return Solution(jax.vmap(to_state)(saved), steps, t_event, to_state(w_event), watch.fired)
 
@@ -464,7 +531,8 @@ def integrate(
       trajectory takes its own steps; `Solution.ys` leaves are `(len(ts), *leaf.shape)`
       and `Solution.steps` is `(B,)`. The trajectories are the minor axis of every array
       of the Taylor passes, which is 3-4x faster than `jax.vmap` of a solve on XLA:CPU
-      (docs/ODE.md). Forward-mode gradients only. `event` then returns one number per
+      (docs/ODE.md). Both gradient modes: in reverse mode the trajectories walk back
+      together, each from its own last step. `event` then returns one number per
       trajectory, a `(B,)` array, and each trajectory stops at its own event.
     - `event`: a terminating event, `event(t, y, args) -> real scalar` (as heyoka's
       terminal events and diffrax's `Event`): the integration stops at the first time
@@ -549,13 +617,8 @@ def integrate(
     check_event(event, event_direction)
     check_method(coefficients, "coefficients")
     if gradients == "reverse":
-        if batch:
-            raise ValueError(
-                "`batch=True` supports forward-mode gradients only: pass "
-                "`gradients='forward'`, or `jax.vmap` a reverse-mode solve over trajectories."
-            )
         return _reverse_solve(
-            vector_field, tol, order, int(max_steps), event, event_direction, coefficients
+            vector_field, tol, order, int(max_steps), event, event_direction, coefficients, batch
         )
 
     def solve(ts, y0, args=None) -> Solution:
