@@ -120,38 +120,47 @@ def damped(t, y, args):
     return jnp.stack([y[1], -args["k"] * y[0] - 0.1 * y[1]])
 
 
-@pytest.mark.parametrize("t_end", [3.0, 0.5], ids=["fires", "does-not-fire"])
-def test_reverse_mode_equals_forward_mode(t_end):
-    # One loss on the event's time and state and on the saved states (some of them inside
-    # the event's step, filled from its polynomial): `jax.grad` of the reverse-mode solve
-    # against `jax.jacfwd` of the forward-mode one, with respect to the initial state, a
-    # parameter and the times. Both differentiate the same computed solution, so they
-    # agree to rounding. Up to 0.5 the event does not fire.
-    def loss(gradients):
-        solve = taylax.ode.integrate(
+def _reverse_against_forward(y0, k, ts, batch: bool = False):
+    """One loss on the event's time and state and on the saved states (some of them inside
+    the event's step, filled from its polynomial): `jax.grad` of the reverse-mode solve
+    against `jax.jacfwd` of the forward-mode one, with respect to the initial state, a
+    parameter and the times. Both differentiate the same computed solution, so they
+    agree to rounding. Returns the reverse-mode solve's solution."""
+
+    def solver(gradients):
+        return taylax.ode.integrate(
             damped,
             order=8,
+            batch=batch,
             event=lambda t, y, a: y[0] - 0.2,
             event_direction=-1,
             gradients=gradients,
         )
 
+    def loss(gradients):
+        solve = solver(gradients)
+
         def value(y0, k, ts):
             sol = solve(ts, y0, {"k": k})
-            on_event = jnp.where(sol.event_happened, sol.t_event**2 + jnp.sum(sol.y_event**3), 0.0)
-            return on_event + jnp.nansum(jnp.sin(sol.ys))
+            on_event = sol.t_event**2 + jnp.sum(sol.y_event**3, 0)
+            on_event = jnp.where(sol.event_happened, on_event, 0.0)
+            return jnp.sum(on_event) + jnp.nansum(jnp.sin(sol.ys))
 
         return value
 
-    y0, k, ts = jnp.array([1.0, 0.3]), 1.3, jnp.linspace(0.0, t_end, 7)
     forward = jax.jit(jax.jacfwd(loss("forward"), argnums=(0, 1, 2)))(y0, k, ts)
     reverse = jax.jit(jax.grad(loss("reverse"), argnums=(0, 1, 2)))(y0, k, ts)
     for f, r in zip(forward, reverse):
         assert np.all(np.isfinite(r))
         np.testing.assert_allclose(r, f, rtol=1e-13, atol=1e-13)
-    sol = taylax.ode.integrate(
-        damped, order=8, event=lambda t, y, a: y[0] - 0.2, event_direction=-1, gradients="reverse"
-    )(ts, y0, {"k": k})
+    return solver("reverse")(ts, y0, {"k": k})
+
+
+@pytest.mark.parametrize("t_end", [3.0, 0.5], ids=["fires", "does-not-fire"])
+def test_reverse_mode_equals_forward_mode(t_end):
+    # Up to 0.5 the event does not fire.
+    ts = jnp.linspace(0.0, t_end, 7)
+    sol = _reverse_against_forward(jnp.array([1.0, 0.3]), 1.3, ts)
     assert bool(sol.event_happened) == (t_end == 3.0)
 
 
@@ -159,38 +168,9 @@ def test_batch_reverse_mode_equals_forward_mode():
     # The same loss over a batch of three trajectories, each with its own parameter: the
     # first two fire at different steps, the third (a slow, weak oscillation) does not.
     # The batch walks back from the most steps any took; each trajectory from its own.
-    def loss(gradients):
-        solve = taylax.ode.integrate(
-            damped,
-            order=8,
-            batch=True,
-            event=lambda t, y, a: y[0] - 0.2,
-            event_direction=-1,
-            gradients=gradients,
-        )
-
-        def value(y0, k, ts):
-            sol = solve(ts, y0, {"k": k})
-            on_event = jnp.where(sol.event_happened, sol.t_event**2 + jnp.sum(sol.y_event**3, 0), 0)
-            return jnp.sum(on_event) + jnp.nansum(jnp.sin(sol.ys))
-
-        return value
-
     y0 = jnp.array([[1.0, 0.8, 0.25], [0.3, -0.2, 0.0]])
     k, ts = jnp.array([1.3, 2.1, 0.05]), jnp.linspace(0.0, 3.0, 7)
-    forward = jax.jit(jax.jacfwd(loss("forward"), argnums=(0, 1, 2)))(y0, k, ts)
-    reverse = jax.jit(jax.grad(loss("reverse"), argnums=(0, 1, 2)))(y0, k, ts)
-    for f, r in zip(forward, reverse):
-        assert np.all(np.isfinite(r))
-        np.testing.assert_allclose(r, f, rtol=1e-13, atol=1e-13)
-    sol = taylax.ode.integrate(
-        damped,
-        order=8,
-        batch=True,
-        event=lambda t, y, a: y[0] - 0.2,
-        event_direction=-1,
-        gradients="reverse",
-    )(ts, y0, {"k": k})
+    sol = _reverse_against_forward(y0, k, ts, batch=True)
     assert sol.event_happened.tolist() == [True, True, False]
     assert len(set(sol.steps.tolist())) == 3
 
