@@ -85,24 +85,24 @@ def _dot_general(order, a, b, *, dimension_numbers, **params):
     # adds their poison (`_series.finite_part`; docs/EMISSION.md, "Overflow").
     if work <= _policy.current().small_product:
         out = _dot_general_by_multiply(x, y, dimension_numbers=dims, table=table, **params)
-        return Series(jnp.moveaxis(out, free_at, 0))
-    if table:
+    elif table:
         x, poison = _series.finite_part(x, degree, summed=ac)
-    out = jnp.moveaxis(lax.dot_general(x, y, dims, **params), free_at, 0)
-    if table:
+        out = lax.dot_general(x, y, dims, **params)
         b_free = len(_split_dims(len(b.shape), bc, bb))
         out = out + _as_product(poison, ac, ab, b_free).astype(out.dtype)
-    return Series(out)
+    else:
+        out = lax.dot_general(x, y, dims, **params)
+    return Series(jnp.moveaxis(out, free_at, 0))
 
 
 def _as_product(poison: Array, ac, ab, b_free: int) -> Array:
     """A factor's poison rows, summed over the contracted axes `ac` (where the dot sums),
-    laid out as the product's rows `(rows, *batch, *a_free, *b_free)`: broadcast over
-    `b`'s free axes, so that each NaN reaches exactly the outputs its entry of `a`
-    reaches."""
+    laid out as the dot over the table lays out its output, `(*batch, *a_free, rows,
+    *b_free)`: broadcast over `b`'s free axes, so that each NaN reaches exactly the
+    outputs its entry of `a` reaches."""
     kept = [d for d in range(poison.ndim - 1 + len(ac)) if d not in ac]
     a_free = [d for d in kept if d not in ab]
-    poison = jnp.transpose(poison, (0, *(kept.index(d) + 1 for d in (*ab, *a_free))))
+    poison = jnp.transpose(poison, (*(kept.index(d) + 1 for d in (*ab, *a_free)), 0))
     return lax.expand_dims(poison, tuple(range(poison.ndim, poison.ndim + b_free)))
 
 
