@@ -260,6 +260,12 @@ def _read_trail(trail, index, batched: bool):
 _WINDOW = 8
 
 
+def _over_windows(body, state, n: int, window: int, more):
+    """`body` run over windows of `window` of the `n` sorted saved times from `state`:
+    once where a window covers all of them (no loop), else while `more(state)`."""
+    return body(state) if window >= n else lax.while_loop(more, body, state)
+
+
 def _save_window(saved, first, c, t, t_low, h, keep, *, sorted_ts, direction, window: int):
     """`(saved, first)` after a step of size `h` from `t + t_low` with coefficients `c`:
     the step's polynomial written at the times of `sorted_ts` it covers, found from index
@@ -280,8 +286,7 @@ def _save_window(saved, first, c, t, t_low, h, keep, *, sorted_ts, direction, wi
         return saved, first + count, count == window
 
     state = (saved, first, jnp.asarray(True))
-    # A window as long as `ts` covers every time left in one pass: no loop.
-    saved, first, _ = body(state) if window >= n else lax.while_loop(lambda s: s[2], body, state)
+    saved, first, _ = _over_windows(body, state, n, window, lambda s: s[2])
     return saved, first
 
 
@@ -313,12 +318,7 @@ def _window_cotangents(c, t, t_low, lo, hi, sorted_ts, ct_sorted, ct_sorted_ts):
 
     zero = jnp.zeros((), t.dtype)
     state = (lo, jnp.zeros_like(c), zero, zero, ct_sorted_ts)
-    # A window as long as `ts` covers every time in one pass: no loop.
-    if window >= n:
-        state = body(state)
-    else:
-        state = lax.while_loop(lambda s: s[0] < hi, body, state)
-    return state[1:]
+    return _over_windows(body, state, n, window, lambda s: s[0] < hi)[1:]
 
 
 def _reverse_solve(
