@@ -83,8 +83,15 @@ def _two_sum(t, h, t_low):
 
 def _step_size(c, order: int):
     """Jorba and Zou's step from the coefficients `c` of order `order` (see the module):
-    `c` is `(order + 1, n)`, or `(order + 1, n, B)` for B trajectories, each its own step."""
-    norms = jnp.max(jnp.abs(c), axis=1)
+    `c` is `(order + 1, n)`, or `(order + 1, n, B)` for B trajectories, each its own step.
+
+    The step carries no derivative: gradients are those of the computed solution with its
+    steps held where they fell. The step's own derivative (of a maximum of absolute values,
+    raised to a power) would add a term of the size of the truncation error, which is
+    not the flow's derivative, and its vjp over every coefficient took most of a
+    batched backward step (docs/ODE.md, "Steps held fixed").
+    """
+    norms = jnp.max(jnp.abs(lax.stop_gradient(c)), axis=1)
     scale = jnp.maximum(1.0, norms[0])
     tiny = jnp.finfo(c.dtype).tiny
 
@@ -333,7 +340,8 @@ def _reverse_solve(
 ):
     """`solve` for reverse mode: a `jax.custom_vjp` whose backward pass walks the steps
     back, each step's vjp taken at its stored starting state (a discrete adjoint: the
-    derivative of the computed solution, as `jax.grad` of the unrolled loop would be).
+    derivative of the computed solution with its steps held fixed, as `jax.grad` of the
+    unrolled loop would be).
 
     `batched`: the trajectories of a batch walk back together, from the most steps any
     took; a trajectory with fewer takes part from its own last step, and before that
@@ -523,7 +531,9 @@ def integrate(
       backward pass walks the steps back from each step's stored start (a discrete
       adjoint, exact for the computed solution), keeping `max_steps` states of the size of
       `y0` while differentiating. JAX offers one mode per function here: a reverse-mode
-      solve cannot be differentiated forward, nor the other way round.
+      solve cannot be differentiated forward, nor the other way round. In both modes the
+      steps are held where they fell: the derivative is the computed solution's with its
+      step sizes fixed (a step ending at a saved time still moves with that time).
     - `batch`: many trajectories in one solve, the fast way on a CPU. Every leaf of `y0`
       then ends in an axis of B trajectories, and `vector_field(t, y, args)` must map such
       states trajectory by trajectory, with `t` a `(B,)` array of their times (a field
