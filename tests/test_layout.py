@@ -325,6 +325,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "taylax._policy",
         "taylax._once",
         "taylax._one_kernel",
+        "taylax._one_way",
     ),
     # Building blocks: series arithmetic; program tracing and caches; the primitives that
     # wrap a pass (chunks of points, the float32 fallback).

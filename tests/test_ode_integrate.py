@@ -182,6 +182,42 @@ def test_reverse_mode_matches_forward_mode():
             np.testing.assert_allclose(g, e, rtol=1e-11, atol=1e-12)
 
 
+@pytest.mark.parametrize("batch", [False, True])
+@pytest.mark.parametrize("event", [None, lambda t, y, a: y + 5.0])  # one that never fires
+def test_each_gradients_mode_refuses_the_other_in_a_sentence(batch, event):
+    # JAX's own errors name `lax.while_loop` (advising `lax.scan`) or `custom_vjp`, the
+    # latter under `jax.jit(jax.jvp(...))` only when lowering; neither is something a user
+    # of the solver can act on. Each mode's refusal names the other mode.
+    field = lambda t, y, a: -a * y  # noqa: E731
+    ts, y0 = jnp.array([0.0, 1.0]), jnp.array([1.0, 2.0]) if batch else jnp.array(1.0)
+
+    def final(gradients):
+        solve = taylax.ode.integrate(field, order=4, gradients=gradients, batch=batch, event=event)
+        return lambda y: jnp.sum(solve(ts, y, 1.3).ys[-1])
+
+    for transform in (jax.grad, jax.hessian):
+        with pytest.raises(ValueError, match=r"reverse mode .*gradients='reverse'"):
+            transform(final("forward"))(y0)
+    jvp = lambda f: lambda y: jax.jvp(f, (y,), (y,))  # noqa: E731
+    for transform in (jax.jacfwd, jvp, lambda f: jax.jit(jvp(f))):
+        with pytest.raises(TypeError, match=r"forward mode .*gradients='forward'"):
+            transform(final("reverse"))(y0)
+
+
+def test_taylor_passes_run_through_both_modes_solves():
+    # The refusals are identities to a Taylor pass: its coefficients are the forward-mode
+    # derivatives of the same computed solution (the same steps).
+    field = lambda t, y, a: -a * y * (1 + 0.1 * jnp.sin(y))  # noqa: E731
+    ts = jnp.array([0.0, 1.0])
+    forward = taylax.ode.integrate(field, order=4)
+    f = lambda y: forward(ts, y, 1.3).ys[-1]  # noqa: E731
+    expected = [f(0.7), jax.jacfwd(f)(0.7), jax.jacfwd(jax.jacfwd(f))(0.7)]
+    np.testing.assert_allclose(taylax.derivatives(f, 2)(0.7), expected, rtol=1e-12)
+    reverse = taylax.ode.integrate(field, order=4, gradients="reverse")
+    g = lambda y: reverse(ts, y, 1.3).ys[-1]  # noqa: E731
+    np.testing.assert_allclose(taylax.derivatives(g, 1)(0.7), expected[:2], rtol=1e-12)
+
+
 def test_order_and_tolerance_set_the_error():
     ts = jnp.array([0.0, 10.0])
     y0 = jnp.array([1.0, 0.0])

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .. import _compat, _once
+from .. import _compat, _once, _one_way
 from .._interpret import register_rule, taylor_rules
 from .._series import Series, has_buffer_rows, pad_degree, with_primal
 from ._arithmetic import by_rows
@@ -266,6 +266,11 @@ def _optimization_barrier(order, *xs, **params):
         *[x.primal if x.is_constant else x.coeffs for x in xs], **params
     )
     return [Series.constant(o) if x.is_constant else Series(o) for o, x in zip(outs, xs)]
+
+
+# The identity on every coefficient; the refused mode still meets its refusal.
+for _p in (_one_way.forward_only_p, _one_way.reverse_only_p):
+    defelementwise_linear(_p)
 
 
 @register_rule(_once.computed_once_p)

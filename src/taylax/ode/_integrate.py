@@ -22,6 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .. import _compat
+from .._one_way import forward_only, reverse_only
 from ._coefficients import (
     batched_problem,
     check_method,
@@ -65,6 +67,34 @@ class Solution(NamedTuple):
     t_event: jax.Array | None = None
     y_event: object = None
     event_happened: jax.Array | None = None
+
+
+_FORWARD_ONLY = (
+    "This solve cannot be differentiated in reverse mode (jax.grad, jax.vjp, jax.jacrev): "
+    "it was made by `taylax.ode.integrate(..., gradients='forward')` (the default), whose "
+    "adaptive loop JAX differentiates only forward. Make the solve with "
+    "`gradients='reverse'` for reverse mode, or differentiate it with jax.jvp or jax.jacfwd."
+)
+_REVERSE_ONLY = (
+    "This solve cannot be differentiated in forward mode (jax.jvp, jax.jacfwd, "
+    "jax.hessian): it was made by `taylax.ode.integrate(..., gradients='reverse')`, whose "
+    "gradient is a backward pass that JAX runs only in reverse. Make the solve with "
+    "`gradients='forward'` (the default) for forward mode, or differentiate it with "
+    "jax.grad, jax.vjp or jax.jacrev."
+)
+
+
+def _refusing_reverse_mode(solution: Solution) -> Solution:
+    """`solution` with every floating-point leaf passed through `forward_only`, so that
+    reverse mode meets `_FORWARD_ONLY` instead of JAX's error for the step loop's
+    transpose (which advises `lax.scan`)."""
+
+    def guard(leaf):
+        if leaf is None or not jnp.issubdtype(jnp.result_type(leaf), np.inexact):
+            return leaf
+        return forward_only(leaf, _FORWARD_ONLY)
+
+    return jax.tree.map(guard, solution)
 
 
 def taylor_order(tol: float) -> int:
@@ -490,7 +520,17 @@ def _reverse_solve(
     def solve(ts, y0, args=None) -> Solution:
         w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order, batched)
         run, diff_leaves = make(y0, args, p)
-        saved, steps, end = run(ts, w0, diff_leaves)
+        # Forward mode is refused on the inputs, before the `custom_vjp` meets tangents;
+        # under `jax.vmap` JAX refuses first, at the `custom_vjp` itself.
+        ts, w0, diff_leaves = jax.tree.map(
+            lambda x: reverse_only(x, _REVERSE_ONLY), (ts, w0, diff_leaves)
+        )
+        try:
+            saved, steps, end = run(ts, w0, diff_leaves)
+        except TypeError as error:
+            if _compat.is_custom_vjp_jvp_error(error):
+                raise TypeError(_REVERSE_ONLY) from error
+            raise
         if not end:
             return Solution(jax.vmap(to_state)(saved), steps)
         t, t_low, w, watch = end
@@ -531,7 +571,10 @@ def integrate(
       backward pass walks the steps back from each step's stored start (a discrete
       adjoint, exact for the computed solution), keeping `max_steps` states of the size of
       `y0` while differentiating. JAX offers one mode per function here: a reverse-mode
-      solve cannot be differentiated forward, nor the other way round. In both modes the
+      solve cannot be differentiated forward, nor the other way round, and each refuses
+      the other in a sentence naming the `gradients` to choose (a `ValueError` from
+      `jax.grad` of a forward-mode solve, a `TypeError` from `jax.jvp` of a reverse-mode
+      one). Taylor passes (`taylax.derivatives`) run through both. In both modes the
       steps are held where they fell: the derivative is the computed solution's with its
       step sizes fixed (a step ending at a saved time still moves with that time).
     - `batch`: many trajectories in one solve, the fast way on a CPU. Every leaf of `y0`
@@ -641,9 +684,9 @@ def integrate(
             step, remaining, ts, w0, int(max_steps), batched=batch, events=events, field=g, order=p
         )
         if events is None:
-            return Solution(jax.vmap(to_state)(saved), steps)
+            return _refusing_reverse_mode(Solution(jax.vmap(to_state)(saved), steps))
         saved, t_event, w_event = events.finish(watch, t, t_low, ts, saved)
         ys = jax.vmap(to_state)(saved)
-        return Solution(ys, steps, t_event, to_state(w_event), watch.fired)
+        return _refusing_reverse_mode(Solution(ys, steps, t_event, to_state(w_event), watch.fired))
 
     return solve
