@@ -558,3 +558,20 @@ def is_custom_vjp_jvp_error(error: BaseException) -> bool:
     return isinstance(error, TypeError) and "forward-mode autodiff (jvp) to a custom_vjp" in str(
         error
     )
+
+
+def register_checkify_rule(primitive: Primitive, rule) -> None:
+    """Give `jax.experimental.checkify` a rule for `primitive`:
+    `rule(error, enabled_errors, *args, **params) -> (error, outputs)`."""
+    # Private: checkify's rule table and its jaxpr interpreter have no public names.
+    from jax._src import checkify as _checkify
+
+    _checkify.error_checks[primitive] = rule
+
+
+def checkify_jaxpr(closed: ClosedJaxpr, enabled_errors, error, *args):
+    """Evaluate `closed` on `args` with its checks functionalized: `(error, outputs)`,
+    `error` threaded through (checkify's own interpreter, as its rule for `jit` uses)."""
+    from jax._src import checkify as _checkify
+
+    return _checkify.checkify_jaxpr(closed, enabled_errors, error, *args)

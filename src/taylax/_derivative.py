@@ -192,6 +192,18 @@ def _batch(axis_data, args, dims, *, program, orders):
 _compat.batching.fancy_primitive_batchers[derivative_p] = _batch
 
 
+def _checkify(error, enabled_errors, *args, program, orders):
+    # `jax.experimental.checkify` functionalizes `checkify.check`s (and its automatic
+    # checks) equation by equation; one inside the differentiated function would reach
+    # the lowering unchecked ("not functionalized"). Trace the Taylor pass, where the
+    # checks stand on their primal values, and let checkify evaluate that program.
+    closed = jax.make_jaxpr(functools.partial(evaluate, program=program, orders=orders))(*args)
+    return _compat.checkify_jaxpr(closed, enabled_errors, error, *args)
+
+
+_compat.register_checkify_rule(derivative_p, _checkify)
+
+
 # --------------------------------------------------------------------------
 # Inside an enclosing Taylor pass.
 # --------------------------------------------------------------------------
