@@ -199,7 +199,7 @@ def test_each_gradients_mode_refuses_the_other_in_a_sentence(batch, event):
         with pytest.raises(ValueError, match=r"reverse mode .*gradients='reverse'"):
             transform(final("forward"))(y0)
     jvp = lambda f: lambda y: jax.jvp(f, (y,), (y,))  # noqa: E731
-    for transform in (jax.jacfwd, jvp, lambda f: jax.jit(jvp(f))):
+    for transform in (jax.jacfwd, jvp, lambda f: jax.jit(jvp(f)), jax.hessian):
         with pytest.raises(TypeError, match=r"forward mode .*gradients='forward'"):
             transform(final("reverse"))(y0)
 
