@@ -195,7 +195,11 @@ def test_each_gradients_mode_refuses_the_other_in_a_sentence(batch, event):
         solve = taylax.ode.integrate(field, order=4, gradients=gradients, batch=batch, event=event)
         return lambda y: jnp.sum(solve(ts, y, 1.3).ys[-1])
 
-    for transform in (jax.grad, jax.hessian):
+    # On JAX 0.9.2, `jax.hessian` of a forward-mode solve fails inside JAX's own trace of
+    # the loop (a TypeError in `while_loop`'s forward-over-reverse rule) before the refusal
+    # is reached (docs/JAX_VERSIONS.md, "The pin").
+    hessian = (jax.hessian,) if jax.__version_info__ >= (0, 10) else ()
+    for transform in (jax.grad, *hessian):
         with pytest.raises(ValueError, match=r"reverse mode .*gradients='reverse'"):
             transform(final("forward"))(y0)
     jvp = lambda f: lambda y: jax.jvp(f, (y,), (y,))  # noqa: E731
