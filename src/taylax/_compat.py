@@ -550,14 +550,15 @@ def trace_context_state(name: str, help_text: str):
         return None
 
 
+# JAX raises a plain TypeError with this text (jax/_src/interpreters/ad.py and
+# custom_derivatives.py, 0.9 to 0.11); no exception class of its own tells it apart.
+_CUSTOM_VJP_JVP_ERROR = "forward-mode autodiff (jvp) to a custom_vjp"
+
+
 def is_custom_vjp_jvp_error(error: BaseException) -> bool:
     """Whether `error` is JAX's refusal to differentiate a `jax.custom_vjp` function in
     forward mode (raised where the function is called under `jax.jvp`)."""
-    # JAX raises a plain TypeError with this text (jax/_src/interpreters/ad.py and
-    # custom_derivatives.py, 0.9 to 0.11); no exception class of its own tells it apart.
-    return isinstance(error, TypeError) and "forward-mode autodiff (jvp) to a custom_vjp" in str(
-        error
-    )
+    return isinstance(error, TypeError) and _CUSTOM_VJP_JVP_ERROR in str(error)
 
 
 def register_checkify_rule(primitive: Primitive, rule) -> None:

@@ -89,9 +89,9 @@ def _refusing_reverse_mode(solution: Solution) -> Solution:
     reverse mode meets `_FORWARD_ONLY` instead of JAX's error for the step loop's
     transpose (which advises `lax.scan`)."""
 
-    def guard(leaf):
-        if leaf is None or not jnp.issubdtype(jnp.result_type(leaf), np.inexact):
-            return leaf
+    def guard(leaf):  # `jax.tree.map` skips the None fields of a solve without an event
+        if not jnp.issubdtype(jnp.result_type(leaf), np.inexact):
+            return leaf  # `steps`, `event_happened`
         return forward_only(leaf, _FORWARD_ONLY)
 
     return jax.tree.map(guard, solution)
