@@ -93,6 +93,8 @@ def test_bad_policies_are_refused_with_a_sentence():
         dataclasses.replace(taylax.CPU, recurrence_block=0)
     with pytest.raises(ValueError, match="`element_chunk` must be a positive integer or None"):
         dataclasses.replace(taylax.CPU, element_chunk=0)
+    with pytest.raises(ValueError, match="`collapsed_jvp_max_order` must be 0, 1 or 2"):
+        dataclasses.replace(taylax.CPU, collapsed_jvp_max_order=3)
     with pytest.raises(dataclasses.FrozenInstanceError):
         taylax.CPU.rows_max_order = 3
 
@@ -206,6 +208,64 @@ def test_the_cpu_policy_chunks_large_elementwise_loops(order):
     with taylax.emission_policy("cpu"):
         names = _names(lambda x: taylax.derivatives(log_chain, order)(x, jnp.ones_like(x)), x)
     assert "scan" in names or "while" in names
+
+
+def _sin_exp(t):
+    return jnp.sin(t) * jnp.exp(t)
+
+
+def _outer_of_a_derivative(t):
+    # Inside the outer pass the inner derivative is read off one shared pass by a shift.
+    return taylax.derivative(_sin_exp)(t) + t
+
+
+_SLICING_CPU = dataclasses.replace(taylax.CPU, name="cpu-slices", shift_by_product_max_size=0)
+_SLICING_GPU = dataclasses.replace(taylax.GPU, name="gpu-slices", shift_by_product_max_size=0)
+
+
+@pytest.mark.parametrize(
+    "policy, product",
+    [("cpu", True), ("gpu", True), (_SLICING_CPU, False), (_SLICING_GPU, False)],
+    ids=["cpu", "gpu", "cpu-slices", "gpu-slices"],
+)
+def test_a_nested_derivative_is_shifted_as_the_policy_says(policy, product):
+    # A product with a constant shift matrix, which XLA materializes, so a chain of nested
+    # derivatives does not fuse into one growing expression per consumer; with
+    # `shift_by_product_max_size=0` a slice times the ratios, on any platform's policy.
+    t = jnp.asarray(0.3)
+    with taylax.emission_policy(policy):
+        names = [
+            e.primitive.name
+            for e in all_equations(
+                taylax.emitted_jaxpr(taylax.derivative(_outer_of_a_derivative), t)
+            )
+        ]
+        got = taylax.derivative(_outer_of_a_derivative)(t)
+    assert ("dot_general" in names) is product, names
+    expected = jax.grad(jax.grad(_sin_exp))(t) + 1.0
+    np.testing.assert_allclose(got, expected, rtol=1e-13)
+
+
+def _tanh_layer(x):
+    return jnp.sum(jnp.tanh(x * jnp.arange(1.0, x.shape[0] + 1.0)))
+
+
+@pytest.mark.parametrize("limit", [0, 1, 2])
+def test_collapsed_chains_take_jax_s_rules_up_to_the_policy_s_order(limit):
+    # Up to `collapsed_jvp_max_order` a collapsed pass differentiates tanh with JAX's own
+    # rule (tanh' = 1 - tanh^2, no exp); past it, the engine's closed form, whose sech^2
+    # is written with exp(-2|x|).
+    x = jnp.linspace(0.1, 0.7, 4)
+    policy = dataclasses.replace(taylax.CPU, name=f"jvp-{limit}", collapsed_jvp_max_order=limit)
+    with taylax.emission_policy(policy):
+        names = {
+            e.primitive.name
+            for e in all_equations(taylax.emitted_jaxpr(taylax.laplacian(_tanh_layer), x))
+        }
+        got = taylax.laplacian(_tanh_layer)(x)
+    assert ("exp" in names) is (limit < 2), sorted(names)
+    expected = jnp.trace(jax.hessian(_tanh_layer)(x))
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
 @pytest.mark.parametrize("policy", ["cpu", "gpu", "default"])

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _compat, _rules  # noqa: F401  (_rules registers the built-in rules)
+from . import _compat, _policy, _rules  # noqa: F401  (_rules registers the built-in rules)
 from ._elementwise import bind_one, is_elementwise, of_varying
 from ._interpret import carries_derivative, missing_rule, rule_result, taylor_rules
 from ._rules._common import line_coefficients, linear_inputs
@@ -287,19 +287,6 @@ def _general(eqn, xs, primals, order: int, weights, summed: bool) -> list[Collap
         Collapsed(p, low, _add(a, b))
         for p, low, a, b in zip(primals, lowers, nonlinear_tops, linear_tops)
     ]
-
-
-# Elementwise primitives: a jaxpr built only from these (scalar literals aside) maps
-# every element on its own, so its derivatives along a line are elementwise too.
-# Orders at which the derivatives of an elementwise function come from JAX's own
-# derivative rules (nested `jax.jvp` of the function at the primal): one small fused
-# expression per order, shared by every direction. Past this, nested jvp grows
-# exponentially and the engine's closed forms take over. The precision is then JAX's
-# (tanh' = 1 - tanh^2 loses relative accuracy where tanh saturates, as in jax.hessian
-# and folx); the engine's stacked closed forms (1 / cosh^2) compile slower here, because
-# XLA:CPU copies their producers into every row's kernel (docs/OPERATORS.md,
-# "Collapsed passes").
-_JVP_MAX_ORDER = 2
 
 
 def _link_derivatives(
@@ -553,8 +540,16 @@ def _collapsed_link(
 ) -> Chain | None:
     """At orders <= 2, continue (or start) an elementwise chain of a real value of degree
     <= 1 per direction, with its derivatives in the root from `_link_derivatives`
-    (coefficient 2 times `scale`, the pass's constant weight)."""
-    if order > _JVP_MAX_ORDER:
+    (coefficient 2 times `scale`, the pass's constant weight).
+
+    Up to the policy's `collapsed_jvp_max_order` the chain's derivatives come from JAX's
+    own derivative rules (nested `jax.jvp` at the primal): one small fused expression per
+    order, shared by every direction. Their precision is then JAX's (tanh' = 1 - tanh^2
+    loses relative accuracy where tanh saturates, as in jax.hessian and folx); the
+    engine's stacked closed forms (1 / cosh^2) compiled slower here, because XLA:CPU
+    copies their producers into every row's kernel (docs/OPERATORS.md, "Collapsed
+    passes")."""
+    if order > _policy.current().collapsed_jvp_max_order:
         return None
     root = chain_root(eqn, values)
     if root is None or root.rows > 1:

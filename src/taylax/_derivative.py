@@ -279,7 +279,7 @@ def _shifted(a: Series, n: int, order: int, scale: float = 1.0, direction: float
         return coeffs
     m = np.arange(order + 1)
     ratio = np.array([math.perm(n + k, n) for k in m], dtype=np.float64)  # (n+m)!/m!
-    if coeffs[0].size <= _SHIFT_BY_PRODUCT_SIZE:
+    if coeffs[0].size <= _policy.current().shift_by_product_max_size:
         # As a product with a constant (order+1, n+order+1) matrix: XLA materializes a dot
         # instead of fusing the shift, so a chain of nested derivatives (each level a
         # shift of the next) does not become one fused expression per consumer, whose
@@ -289,11 +289,6 @@ def _shifted(a: Series, n: int, order: int, scale: float = 1.0, direction: float
         return jnp.tensordot(jnp.asarray(shift, coeffs.dtype), coeffs, axes=1)
     shape = (order + 1,) + (1,) * (coeffs.ndim - 1)
     return coeffs[n:] * ratio.reshape(shape).astype(coeffs.dtype)
-
-
-# Largest per-coefficient size for which `_shifted` multiplies by a shift matrix; the
-# matrix costs (n+order+1) multiplies per output entry instead of one.
-_SHIFT_BY_PRODUCT_SIZE = 1024
 
 
 def _evaluate_shared(

@@ -125,6 +125,18 @@ class EmissionPolicy:
     runs a long fused chain with several outputs in time exponential in its depth. None:
     no cuts.
 
+    **Nested derivatives** (`taylax._derivative`): `shift_by_product_max_size`: a
+    derivative's coefficients read off a shared pass are shifted by a product with a
+    constant shift matrix where a coefficient has at most this many elements (XLA
+    materializes the dot, so a chain of nested derivatives does not fuse into one
+    expression per consumer, at n+K+1 multiplies per entry instead of one); larger ones
+    (every non-empty one where it is 0) are a slice times the ratios.
+
+    **Collapsed passes** (`taylax._collapsed`): `collapsed_jvp_max_order`: up to this order an
+    elementwise chain in a collapsed pass takes its coefficients from JAX's own
+    derivative rules (nested `jax.jvp` at the primal, one small fused expression per
+    order); past it, from the engine's closed forms (nested jvp grows exponentially).
+
     **Program size:** `budget` bounds the number of the user's equations times the order
     (counted up to `unroll_max_order`); a larger pass takes `compact()` (stacks, dots,
     loops): see `within_budget`. None disables it.
@@ -183,6 +195,8 @@ class EmissionPolicy:
     fallback_check_apart: bool = False
     guarded_products: bool = False
     fusion_cut: int | None = 256
+    shift_by_product_max_size: int = 1024
+    collapsed_jvp_max_order: int = 2
     budget: int | None = 1_500
 
     def __post_init__(self):
@@ -198,6 +212,11 @@ class EmissionPolicy:
                     f"`{field.name}` must be a non-negative integer, got {value!r}; see "
                     "`help(taylax.EmissionPolicy)` for what each field means."
                 )
+        if self.collapsed_jvp_max_order > 2:
+            raise ValueError(
+                "`collapsed_jvp_max_order` must be 0, 1 or 2 (the chain rule of a collapsed "
+                f"pass is written to order 2), got {self.collapsed_jvp_max_order}."
+            )
         if self.recurrence_block < 1:
             raise ValueError(f"`recurrence_block` must be at least 1, got {self.recurrence_block}.")
         if self.element_chunk is not None and self.element_chunk < 1:
