@@ -274,3 +274,38 @@ def test_random_fields_against_doubling(steps):
     assert_coefficients_close(
         _solve(field, Y0, 12, "order_by_order"), _solve(field, Y0, 12, "doubling"), 1e-10
     )
+
+
+_COSTLY_NAMES = {"sin", "cos", "sinh", "cosh", "tanh", "tan", "logistic", "exp", "exp2"}
+_COSTLY_NAMES |= {"expm1", "log", "log1p", "pow", "sqrt", "rsqrt", "cbrt", "atan", "asin"}
+_COSTLY_NAMES |= {"acos", "asinh", "acosh", "atanh", "erf", "erfc"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["sin alone", "exponentials", "logarithms", "pow", "roots", "asinh, acosh", "erf, erfc"],
+)
+def test_values_of_order_0_that_cost_a_libm_call_are_computed_once(name):
+    # Every order's kernel reads the values of order 0, and XLA copies an unmarked
+    # `sin(y_0)` into each of them (K calls of libm's sin per step, per trajectory).
+    jaxpr = jax.make_jaxpr(taylax.ode.coefficients(FIELDS[name], 8, method="order_by_order"))(
+        0.2, Y0
+    ).jaxpr
+    readers: dict = {}
+    for eqn in jaxpr.eqns:
+        for var in eqn.invars:
+            readers.setdefault(id(var), []).append(eqn.primitive.name)
+    costly = [e for e in jaxpr.eqns if e.primitive.name in _COSTLY_NAMES]
+    assert costly
+    for eqn in costly:
+        # Read by the mark alone (and by the `x == x` of the mark's opaque one).
+        assert set(readers.get(id(eqn.outvars[0]), [])) <= {"taylax_computed_once", "eq"}, eqn
+    # Compiled for the CPU, one trajectory's coefficients call sin once, not once per order.
+    with taylax.emission_policy("cpu"):
+        compiled = (
+            jax.jit(taylax.ode.coefficients(FIELDS["sin alone"], 8, method="order_by_order"))
+            .lower(0.2, Y0)
+            .compile()
+            .as_text()
+        )
+    assert compiled.count(" sine(") == 1, compiled.count(" sine(")

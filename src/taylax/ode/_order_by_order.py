@@ -34,6 +34,7 @@ from jax import lax
 
 from .. import _compat
 from .._rules._common import linear_inputs
+from .._series import computed_once, opaque_one
 
 # Coefficients of one value: entry k is coefficient k, None where it is zero. A list of
 # length 1 is a constant (it holds only the value).
@@ -72,6 +73,16 @@ def _linear_in(primitive) -> Callable | None:
     if primitive in _MORE_LINEAR:
         return lambda i, aval: _inexact(aval)
     return linear_inputs.get(primitive)
+
+
+def _once(value):
+    """`value`, computed once into a buffer rather than in every kernel that reads it.
+
+    Every order's kernel reads the values of order 0, and XLA copies elementwise producers
+    into each reader: a `sin(x_0)` read by all K orders was K calls of libm's `sin` per
+    step (K times per trajectory in a batch). The mark (`taylax._series.computed_once`)
+    costs one small kernel; the policy drops it where values are not marked (GPUs)."""
+    return computed_once(value, opaque_one(value))
 
 
 def _coefficient(c: Coefficients, k: int):
@@ -220,7 +231,7 @@ def _pow(k, ins, out, eqn, memo):
         return _power(x, out, k, p[0])
     # A varying exponent: x^p = exp(p log x).
     if "log" not in memo:
-        memo["log"] = [jnp.log(x[0])]
+        memo["log"] = [_once(jnp.log(x[0]))]
         memo["exponent"] = [p[0] * memo["log"][0]]
     log, exponent = memo["log"], memo["exponent"]
     _grow(log, k, _logarithm(x, log, k, x[0], memo, "log slopes"))
@@ -267,7 +278,7 @@ def _pair(kind: str):
         def pair_rule(k, ins, out, eqn, memo):
             (x,) = ins
             if "pair" not in memo:
-                memo["pair"] = ([first(x[0])], [second(x[0])])
+                memo["pair"] = ([_once(first(x[0]))], [_once(second(x[0]))])
             s, c = memo["pair"]
             if len(s) <= k:
                 s_k = _integral(x, c, k, memo)
@@ -309,7 +320,7 @@ def _inverse(constant: float, square: float, p: float, scale: float = 1.0):
         (x,) = ins
         if "power" not in memo:
             memo["base"] = [constant + square * (x[0] * x[0])]
-            memo["power"] = [memo["base"][0] ** p]
+            memo["power"] = [_once(memo["base"][0] ** p)]
         base, power = memo["base"], memo["power"]
         m = k - 1
         if m > 0:
@@ -332,7 +343,7 @@ def _erf(scale: float):
         (x,) = ins
         if "exp" not in memo:
             memo["exponent"] = [-(x[0] * x[0])]
-            memo["exp"] = [jnp.exp(memo["exponent"][0])]
+            memo["exp"] = [_once(jnp.exp(memo["exponent"][0]))]
         exponent, exp = memo["exponent"], memo["exp"]
         m = k - 1
         if m > 0:
@@ -408,6 +419,35 @@ _RULES: dict = {
     lax.min_p: _min,
     lax.clamp_p: _clamp,
 }
+
+# Primitives whose value costs a call of libm (or a square root): their values of order
+# 0 are computed once (`_once`), not in every order's kernel.
+_COSTLY = (
+    lax.sin_p,
+    lax.cos_p,
+    lax.sinh_p,
+    lax.cosh_p,
+    lax.tanh_p,
+    lax.tan_p,
+    lax.logistic_p,
+    lax.exp_p,
+    lax.exp2_p,
+    lax.expm1_p,
+    lax.log_p,
+    lax.log1p_p,
+    lax.pow_p,
+    lax.sqrt_p,
+    lax.rsqrt_p,
+    lax.cbrt_p,
+    lax.atan_p,
+    lax.asin_p,
+    lax.acos_p,
+    lax.asinh_p,
+    lax.acosh_p,
+    lax.atanh_p,
+    lax.erf_p,
+    lax.erfc_p,
+)
 
 # sin and cos of one input share their series, as do sinh and cosh.
 _PAIRED = {lax.sin_p: "trig", lax.cos_p: "trig", lax.sinh_p: "hyperbolic", lax.cosh_p: "hyperbolic"}
@@ -501,6 +541,8 @@ class _Frame:
             if k == 0:
                 outs = _compat.bind_equation(eqn, [c[0] for c in ins])
                 outs = outs if eqn.primitive.multiple_results else [outs]
+                if eqn.primitive in _COSTLY:
+                    outs = [_once(o) for o in outs]
                 for var, value in zip(eqn.outvars, outs):
                     env[var] = [value]
                 continue
