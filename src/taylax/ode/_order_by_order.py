@@ -593,5 +593,7 @@ def solution_series(program: tuple, t0, w0, order: int):
     for k in range(order):
         (f,) = frame.run(k, [time, w])
         f_k = _coefficient(f, k)
-        w.append(zero if f_k is None else (f_k / (k + 1)).astype(w0.dtype))
+        # Computed once: each order's kernel then writes w_{k+1} itself, where XLA:CPU
+        # wrote F_k and a second kernel per order scaled it for the stack.
+        w.append(zero if f_k is None else _once((f_k / (k + 1)).astype(w0.dtype)))
     return jnp.stack(w)
