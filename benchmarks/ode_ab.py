@@ -13,6 +13,9 @@ program's fused kernels. The medians over the processes are compared. Cases (flo
   period) with `batch=True`.
 
     python benchmarks/ode_ab.py --base HEAD~1 --cases pendulum,pendulum-batch,kepler-batch
+
+`--worker CASE --calls N` runs one case in this process alone (N timed calls), for a
+profiler: `perf record -g python benchmarks/ode_ab.py --worker pendulum --calls 3000`.
 """
 
 from __future__ import annotations
