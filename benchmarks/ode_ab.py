@@ -58,8 +58,9 @@ def worker(case: str, tol: float, trajectories: int, calls: int) -> dict:
     else:
         problem = bench_ode_problems.PROBLEMS[name]
         field, t_end = problem.field, problem.t_end
-        starts = bench_ode_problems.ensemble_starts(problem, trajectories)[0]
-        if not batch:
+        if batch:
+            starts = bench_ode_problems.ensemble_starts(problem, trajectories)[0]
+        else:
             starts = problem.y0
     y0 = jnp.asarray(starts.T if batch else starts)
     ts = jnp.array([0.0, t_end])

@@ -301,7 +301,10 @@ def test_values_of_order_0_that_cost_a_libm_call_are_computed_once(name):
     for eqn in costly:
         # Read by the mark alone (and by the `x == x` of the mark's opaque one).
         assert set(readers.get(id(eqn.outvars[0]), [])) <= {"taylax_computed_once", "eq"}, eqn
-    # Compiled for the CPU, one trajectory's coefficients call sin once, not once per order.
+
+
+def test_compiled_for_the_cpu_the_coefficients_call_sin_once():
+    # Once per call, not once per order (8 here): the mark keeps XLA:CPU from copying it.
     with taylax.emission_policy("cpu"):
         compiled = (
             jax.jit(taylax.ode.coefficients(FIELDS["sin alone"], 8, method="order_by_order"))
