@@ -62,8 +62,10 @@ $(VENV_MIN)/.stamp-test: pyproject.toml | $(VENV_MIN)/bin/python
 	$(VENV_MIN)/bin/python -m pip install --quiet -e '.[test,demo]' 'jax==$(JAX_MIN)' 'jaxlib==$(JAX_MIN)'
 	touch $@
 
+# It keeps XLA:CPU's default fusion emitters, which the other test targets turn off to
+# compile faster (tests/conftest.py): CI checks every quick case with the codegen users get.
 test-jax-min: $(VENV_MIN)/.stamp-test
-	$(VENV_MIN)/bin/python -m pytest -n 2 $(PYTEST_ARGS)
+	XLA_FLAGS="$$XLA_FLAGS --xla_cpu_use_fusion_emitters=true" $(VENV_MIN)/bin/python -m pytest -n 2 $(PYTEST_ARGS)
 
 bench: $(VENV)/.stamp-bench
 	@mkdir -p benchmarks/results
