@@ -29,6 +29,7 @@ __all__ = [
     "nested_jvp_derivatives",
     "oracle",
     "seeded_rng",
+    "users_codegen",
     "xla_cpu_only",
 ]
 
@@ -335,6 +336,20 @@ def all_equations(jaxpr):
 xla_cpu_only = pytest.mark.skipif(
     jax.default_backend() != "cpu", reason="pins XLA:CPU's kernel count"
 )
+
+
+def users_codegen() -> dict:
+    """`compiler_options` for `jax.jit` that give back XLA:CPU's default fusion emitters,
+    where tests/conftest.py compiles with its older LLVM ones (they compile faster).
+
+    For the tests that compare two programs of one computation to the last bits (points
+    in chunks against one `vmap`): the two agree that closely only as far as the codegen
+    vectorizes their loops alike, and the claim is about the programs users compile. An
+    outer `jax.jit`'s options reach taylax's inner ones, which XLA inlines into it.
+    """
+    if "--xla_cpu_use_fusion_emitters=false" in os.environ.get("XLA_FLAGS", ""):
+        return {"xla_cpu_use_fusion_emitters": True}
+    return {}
 
 
 def entry_kernels(fn, *args) -> int:
