@@ -1,6 +1,7 @@
 """Shared test configuration: float64 everywhere, hypothesis profiles."""
 
 import os
+from importlib.metadata import version
 
 # Sharding tests need 8 devices: XLA reads this flag when the CPU backend starts, so it must be
 # set before anything creates an array. Single-device tests are unaffected (arrays live on
@@ -20,20 +21,7 @@ _TEST_XLA_FLAGS = {
     "xla_force_host_platform_device_count": "8",
     "xla_backend_optimization_level": "0",
 }
-_EMITTER_FLAG_TRIED = ((0, 9, 2), (0, 10, 2))
-
-
-def _jaxlib_version() -> tuple[int, ...]:
-    from importlib.metadata import version
-
-    parts = []
-    for part in version("jaxlib").split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
-if _EMITTER_FLAG_TRIED[0] <= _jaxlib_version() <= _EMITTER_FLAG_TRIED[1]:
+if version("jaxlib") in {"0.9.2", "0.10.2"}:
     _TEST_XLA_FLAGS["xla_cpu_use_fusion_emitters"] = "false"
 for _flag, _value in _TEST_XLA_FLAGS.items():
     if _flag not in os.environ.get("XLA_FLAGS", ""):

@@ -161,13 +161,20 @@ def test_chunks_shrink_until_their_buffers_fit(emission):
     assert _scan_lengths(d, t) == []
 
 
+def _vmapped_both_ways(d, t):
+    """`jit(vmap(d))(t)` (the policy's chunks, if any) and `vmap(jit(d))(t)` (one `vmap`),
+    compiled as users compile them (`users_codegen`)."""
+    options = users_codegen()
+    chunked = jax.jit(jax.vmap(d), compiler_options=options)(t)
+    one_vmap = jax.vmap(jax.jit(d, compiler_options=options))(t)
+    return chunked, one_vmap
+
+
 def test_chunks_with_a_remainder_equal_one_vmap(small_chunks):
     t = jnp.linspace(0.5, 1.5, 53)
     d = taylax.derivatives(damped_wave, 20)
     assert _scan_lengths(jax.vmap(d), t) == [3]
-    chunked = jax.jit(jax.vmap(d), compiler_options=users_codegen())(t)
-    one_vmap = jax.vmap(jax.jit(d, compiler_options=users_codegen()))(t)
-    np.testing.assert_allclose(chunked, one_vmap, rtol=1e-14)
+    np.testing.assert_allclose(*_vmapped_both_ways(d, t), rtol=1e-14)
 
 
 def test_other_backends_stay_one_vmap(small_chunks, emission):
@@ -177,9 +184,7 @@ def test_other_backends_stay_one_vmap(small_chunks, emission):
     assert "scan" in _primitives(jax.vmap(d), t)
     emission(base=taylax.GPU, **small_chunks)
     assert "scan" not in _primitives(jax.vmap(d), t)
-    chunked = jax.jit(jax.vmap(d), compiler_options=users_codegen())(t)
-    one_vmap = jax.vmap(jax.jit(d, compiler_options=users_codegen()))(t)
-    np.testing.assert_allclose(chunked, one_vmap, rtol=1e-14)
+    np.testing.assert_allclose(*_vmapped_both_ways(d, t), rtol=1e-14)
 
 
 def test_small_batches_stay_one_vmap():
