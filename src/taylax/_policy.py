@@ -137,6 +137,15 @@ class EmissionPolicy:
     derivative rules (nested `jax.jvp` at the primal, one small fused expression per
     order); past it, from the engine's closed forms (nested jvp grows exponentially).
 
+    **ODE steps** (`taylax.ode.integrate`): `ode_rows_max_state`: a forward solve of one
+    trajectory (not `batch=True`, no event) whose state has at most this many real
+    components holds each component's coefficients apart, so that a step is scalar code
+    XLA:CPU can fuse into one kernel. 0 (every built-in policy): never. Set it only with
+    XLA:CPU's earlier emitters (`compiler_options={"xla_cpu_use_fusion_emitters":
+    False}`): there a step ran 1.05-4.3x faster, but the default emitters recompute the fused
+    recurrence in time exponential in the order for some fields (docs/ODE.md, "One
+    kernel per step").
+
     **Program size:** `budget` bounds the number of the user's equations times the order
     (counted up to `unroll_max_order`); a larger pass takes `compact()` (stacks, dots,
     loops): see `within_budget`. None disables it.
@@ -198,6 +207,7 @@ class EmissionPolicy:
     shift_by_product_max_size: int = 1024
     collapsed_jvp_max_order: int = 2
     budget: int | None = 1_500
+    ode_rows_max_state: int = 0
 
     def __post_init__(self):
         for field in dataclasses.fields(self):

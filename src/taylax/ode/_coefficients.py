@@ -315,9 +315,16 @@ def _batch_times(t0, dtype, size: int):
 
 def horner(c, h):
     """`sum_k c[k] h^k` for coefficients `c` stacked `(K + 1, ...)` (Horner's rule): the
-    solution's polynomial at an offset `h` from its point."""
+    solution's polynomial at an offset `h` from its point. `c` may also be the rows of
+    `solution_rows` (`c[k][i]`); the rows' values are then stacked."""
+    if isinstance(c, list):
+        return jnp.stack([_horner(orders, h) for orders in zip(*c)])
+    return _horner(c, h)
+
+
+def _horner(c, h):
     out = c[-1]
-    for k in range(c.shape[0] - 2, -1, -1):
+    for k in range(len(c) - 2, -1, -1):
         out = out * h + c[k]
     return out
 
@@ -381,6 +388,19 @@ def batched_jacobian(g):
         return jnp.swapaxes(columns, 0, 1)
 
     return jac_g
+
+
+def solution_rows(g, t0, w0, order: int, method: str = "auto") -> list[list] | None:
+    """The coefficients of `solution_series` as `c[k][i]`, coefficient k of row i of the
+    state `w0` (`(n,)`, or `(n, B)` for B trajectories), each a separate array that the
+    caller reads apart (`_order_by_order.solution_rows`); None where they are not
+    computed order by order (`method` or a primitive without a recurrence)."""
+    if method == "doubling":
+        return None
+    program = _order_by_order.field_rows_program(g, t0, w0)
+    if _order_by_order.unsupported_primitive(program) is not None:
+        return None
+    return _order_by_order.solution_rows(program, t0, w0, order)
 
 
 def solution_series(g, t0, w0, order: int, batched: bool = False, method: str = "auto"):

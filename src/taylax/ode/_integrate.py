@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _compat
+from .. import _compat, _policy
 from .._one_way import forward_only, reverse_only
 from ._coefficients import (
     batched_problem,
@@ -30,10 +30,12 @@ from ._coefficients import (
     horner,
     horner_for_vjp,
     real_problem,
+    solution_rows,
     solution_series,
     time_direction,
 )
 from ._events import Events, check_event
+from ._saved import WINDOW, save_window, saving_again, sorted_times, window_cotangents
 
 
 class Solution(NamedTuple):
@@ -113,7 +115,8 @@ def _two_sum(t, h, t_low):
 
 def _step_size(c, order: int):
     """Jorba and Zou's step from the coefficients `c` of order `order` (see the module):
-    `c` is `(order + 1, n)`, or `(order + 1, n, B)` for B trajectories, each its own step.
+    `c` is `(order + 1, n)`, or `(order + 1, n, B)` for B trajectories, each its own step,
+    or their rows `c[k][i]` (`solution_rows`).
 
     The step carries no derivative: gradients are those of the computed solution with its
     steps held where they fell. The step's own derivative (of a maximum of absolute values,
@@ -121,9 +124,14 @@ def _step_size(c, order: int):
     not the flow's derivative, and its vjp over every coefficient took most of a
     batched backward step (docs/ODE.md, "Steps held fixed").
     """
-    norms = jnp.max(jnp.abs(lax.stop_gradient(c)), axis=1)
+    c = lax.stop_gradient(c)
+    if isinstance(c, list):
+        norms = [functools.reduce(jnp.maximum, [jnp.abs(x) for x in row]) for row in c]
+        dtype = c[0][0].dtype
+    else:
+        norms, dtype = jnp.max(jnp.abs(c), axis=1), c.dtype
     scale = jnp.maximum(1.0, norms[0])
-    tiny = jnp.finfo(c.dtype).tiny
+    tiny = jnp.finfo(dtype).tiny
 
     def radius(k):
         return (scale / jnp.maximum(norms[k], tiny)) ** (1.0 / k)
@@ -132,23 +140,23 @@ def _step_size(c, order: int):
     return rho * math.exp(-2.0 - 0.7 / (order - 1))
 
 
-def _covers(offsets, h, direction):
-    """Whether a step of size `h >= 0` covers the times at `offsets` from its start: after
-    the start and up to its end, along `direction`. The forward loop saves, and the
-    reverse walk differentiates, exactly the times this says."""
-    ahead = direction * offsets
-    return (ahead > 0) & (ahead - h <= 0)
-
-
 def _stepper(
-    g, ts, order: int, batched: bool = False, method: str = "auto", evaluate: Callable = horner
+    g,
+    ts,
+    order: int,
+    batched: bool = False,
+    method: str = "auto",
+    evaluate: Callable = horner,
+    rows: bool = False,
 ):
     """`(step, remaining)`: one step from `(t, t_low, w)` (the next `(t, t_low, w)`, the
     step's coefficients `c` and its size `h >= 0`) and the time left to `ts[-1]`. Only
     `ts[0]` and `ts[-1]` are read. `batched`: `t`, `t_low` are `(B,)` and `w` is `(n, B)`,
     B trajectories stepping at once, each with its own step (0 once it has reached
     `ts[-1]`). `method`: how the coefficients are computed (`solution_series`);
-    `evaluate`: the polynomial's evaluation (`horner_for_vjp` for reverse mode)."""
+    `evaluate`: the polynomial's evaluation (`horner_for_vjp` for reverse mode). `rows`:
+    `c` is the state's rows apart (`solution_rows`) where they are computed order by
+    order, which `evaluate` must read (`horner` does)."""
     t_end = ts[-1]
     direction = time_direction(ts, ts.dtype)
 
@@ -156,7 +164,9 @@ def _stepper(
         return direction * ((t_end - t) - t_low)
 
     def step(t, t_low, w):
-        c = solution_series(g, t, w, order, batched, method)
+        c = solution_rows(g, t, w, order, method) if rows else None
+        if c is None:
+            c = solution_series(g, t, w, order, batched, method)
         left = remaining(t, t_low)
         h = jnp.minimum(_step_size(c, order), left)
         # The time as an unevaluated sum `t + t_low` (two-sum): rounding `t + h` at every
@@ -169,13 +179,26 @@ def _stepper(
     return step, remaining
 
 
-def _sorted_times(ts):
-    """`(direction, order_ts, sorted_ts)`: the saved times sorted along the integration
-    (stable, so equal times keep their order), as the forward loop writes them and the
-    reverse walk reads them."""
-    direction = time_direction(ts, ts.dtype)
-    order_ts = jnp.argsort(direction * ts, stable=True)
-    return direction, order_ts, ts[order_ts]
+def _rows(w0, event, batched: bool, method: str) -> bool:
+    """Whether a forward solve's steps hold the state's coefficients as rows apart
+    (`solution_rows`): for one trajectory (in a batch the rows are lanes, and 4,096
+    Kepler orbits ran 2.6x slower, docs/ODE.md) whose state `w0` has at most the
+    policy's `ode_rows_max_state` rows, no event (whose watch reads them stacked), and
+    coefficients that may be computed order by order."""
+    if batched or event is not None or method == "doubling":
+        return False
+    return w0.shape[0] <= _policy.current().ode_rows_max_state
+
+
+def _again(g, order: int, method: str) -> Callable:
+    """`(t, w) -> c`, a step's coefficients again (`saving_again`): as rows, or stacked
+    where the field has a primitive without a recurrence."""
+
+    def coefficients(t, w):
+        c = solution_rows(g, t, w, order, method)
+        return solution_series(g, t, w, order, method=method) if c is None else c
+
+    return coefficients
 
 
 def _setup(vector_field, ts, y0, args, tol, order, batched: bool = False):
@@ -205,29 +228,35 @@ def _march(
     events: Events | None = None,
     field=None,
     order: int = 0,
+    coefficients: Callable | None = None,
 ):
     """Step from `ts[0]` to `ts[-1]`: `(saved, steps, trails, (t, t_low, w, watch))`. With
     `trail`, `trails` holds every step's starting `(t, t_low, w)` stacked
     `(max_steps, ...)` for the reverse pass, and the range `[lo, hi)` of the sorted saved
-    times (`_sorted_times`) the step wrote. `batched`: `w0` is `(n, B)`; the loop runs
+    times (`sorted_times`) the step wrote. `batched`: `w0` is `(n, B)`; the loop runs
     until every trajectory is done, and `steps` counts each one's steps. With `events`
     (for steps of order `order` of the ODE `w' = field(t, w)`), a trajectory whose event
     fires in a step stays at that step's start, its times in the step unsaved:
-    `events.finish` locates the root there from `watch` and the last `(t, t_low)`."""
+    `events.finish` locates the root there from `watch` and the last `(t, t_low)`.
+    `coefficients(t, w)`: where given, a step that covers a saved time computes its
+    coefficients again from it, in a branch of its own, and no other step reads the
+    step's `c` for saving (`saving_again`)."""
     # The saved times sorted along the integration: each step writes, in place, the window
-    # of those it covers from the first not yet passed (`_save_window`), instead of its
+    # of those it covers from the first not yet passed (`save_window`), instead of its
     # polynomial at every time and a select over all of `saved`, which took 100 Kepler
     # orbits from 18 ms with 2 times to 781 ms with 10,001 (docs/ODE.md).
-    direction, order_ts, sorted_ts = _sorted_times(ts)
+    direction, order_ts, sorted_ts = sorted_times(ts)
     # NaN until a step covers the time: times never reached stay NaN.
     start = (sorted_ts == ts[0]).reshape(ts.shape + (1,) * w0.ndim)
     saved = jnp.where(start, w0, jnp.nan)
     batch = w0.shape[1:] if batched else ()
     first = jnp.broadcast_to(jnp.sum(direction * (sorted_ts - ts[0]) <= 0), batch)
-    window = min(ts.shape[0], _WINDOW)
-    save = functools.partial(_save_window, sorted_ts=sorted_ts, direction=direction, window=window)
+    window = min(ts.shape[0], WINDOW)
+    save = functools.partial(save_window, sorted_ts=sorted_ts, direction=direction, window=window)
     if batched:
         save = jax.vmap(save, in_axes=(-1, 0, -1, 0, 0, 0, 0), out_axes=(-1, 0))
+    if coefficients is not None:
+        save = saving_again(save, coefficients, sorted_ts, direction)
     zero = jnp.zeros(batch, w0.dtype)
     trails = ()
     if trail:
@@ -259,7 +288,8 @@ def _march(
             w_next = jnp.where(stop, w, w_next)
             keep = ~stop
         lo = first
-        saved, first = save(saved, first, c, t, t_low, h, keep)
+        # With `coefficients`, the save takes the step's start instead of `c`.
+        saved, first = save(saved, first, c if coefficients is None else w, t, t_low, h, keep)
         if trail:
             values = (t, t_low, w, lo, first)
             trails = tuple(_write_trail(b, steps, v, batched) for b, v in zip(trails, values))
@@ -291,71 +321,6 @@ def _read_trail(trail, index, batched: bool):
     if not batched:
         return trail[index]
     return jnp.moveaxis(trail[index, jnp.arange(trail.shape[1])], 0, -1)
-
-
-# The most saved times one pass of `_save_window`'s loop evaluates.
-_WINDOW = 8
-
-
-def _over_windows(body, state, n: int, window: int, more):
-    """`body` run over windows of `window` of the `n` sorted saved times from `state`:
-    once where a window covers all of them (no loop), else while `more(state)`."""
-    return body(state) if window >= n else lax.while_loop(more, body, state)
-
-
-def _save_window(saved, first, c, t, t_low, h, keep, *, sorted_ts, direction, window: int):
-    """`(saved, first)` after a step of size `h` from `t + t_low` with coefficients `c`:
-    the step's polynomial written at the times of `sorted_ts` it covers, found from index
-    `first` on (the first time not yet passed) a `window` at a time, and `first` moved
-    past them. Nothing is written where `keep` is False (a step an event stopped)."""
-    n = sorted_ts.shape[0]
-
-    def body(state):
-        saved, first, _ = state
-        index = first + jnp.arange(window)
-        safe = jnp.minimum(index, n - 1)
-        offsets = (sorted_ts[safe] - t) - t_low
-        inside = keep & (index < n) & _covers(offsets, h, direction)
-        values = jax.vmap(lambda d: horner(c, d))(offsets)
-        mask = inside.reshape(inside.shape + (1,) * (values.ndim - 1))
-        saved = saved.at[index].set(jnp.where(mask, values, saved[safe]), mode="drop")
-        count = jnp.sum(inside, dtype=first.dtype)
-        return saved, first + count, count == window
-
-    state = (saved, first, jnp.asarray(True))
-    saved, first, _ = _over_windows(body, state, n, window, lambda s: s[2])
-    return saved, first
-
-
-def _window_cotangents(c, t, t_low, lo, hi, sorted_ts, ct_sorted, ct_sorted_ts):
-    """The reverse of `_save_window` for one step: the cotangents of the step's
-    coefficients `c`, of `t` and `t_low`, and `ct_sorted_ts` plus those of the sorted saved
-    times, from the cotangents `ct_sorted` of the saved states at the sorted indices
-    `[lo, hi)` the step wrote, read a window of `_WINDOW` at a time."""
-    n = sorted_ts.shape[0]
-    window = min(n, _WINDOW)
-
-    def body(state):
-        j, ct_c, ct_t, ct_low, ct_sorted_ts = state
-        index = j + jnp.arange(window)
-        safe = jnp.minimum(index, n - 1)
-        inside = index < hi
-
-        def values(c, t, t_low, times):
-            # The times past the step's, at offset 0: far ahead the polynomial may
-            # overflow, and its zero cotangent times inf would be NaN.
-            offsets = jnp.where(inside, (times - t) - t_low, 0)
-            return jax.vmap(lambda d: horner_for_vjp(c, d))(offsets)
-
-        ct_values = jnp.where(inside[:, None], ct_sorted[safe], 0)
-        _, vjp = jax.vjp(values, c, t, t_low, sorted_ts[safe])
-        d_c, d_t, d_low, d_times = vjp(ct_values)
-        ct_sorted_ts = ct_sorted_ts.at[index].add(d_times, mode="drop")
-        return j + window, ct_c + d_c, ct_t + d_t, ct_low + d_low, ct_sorted_ts
-
-    zero = jnp.zeros((), t.dtype)
-    state = (lo, jnp.zeros_like(c), zero, zero, ct_sorted_ts)
-    return _over_windows(body, state, n, window, lambda s: s[0] < hi)[1:]
 
 
 def _reverse_solve(
@@ -453,15 +418,15 @@ def _reverse_solve(
                 # The event's time and state reach the loop through its last start.
                 ct_end = tuple(cotangents[2][:3])
             # A step reads `ts` only at its ends; the saved times it wrote, `[lo, hi)` in
-            # sorted order, are read a window at a time (`_window_cotangents`), so that a
+            # sorted order, are read a window at a time (`window_cotangents`), so that a
             # backward step costs nothing per saved time it does not cover.
             ends = ts[jnp.asarray([0, -1])]
-            _, order_ts, sorted_ts = _sorted_times(ts)
+            _, order_ts, sorted_ts = sorted_times(ts)
             ct_sorted = ct_saved[order_ts]
-            windows = _window_cotangents
+            windows = window_cotangents
             if batched:
                 windows = jax.vmap(
-                    _window_cotangents,
+                    window_cotangents,
                     in_axes=(-1, 0, 0, 0, 0, None, -1, -1),
                     out_axes=(-1, 0, 0, -1),
                 )
@@ -676,12 +641,22 @@ def integrate(
 
     def solve(ts, y0, args=None) -> Solution:
         w0, g, to_state, ts, p = _setup(vector_field, ts, y0, args, tol, order, batch)
-        step, remaining = _stepper(g, ts, p, batch, coefficients)
         events = None
         if event is not None:
             events = Events(event, event_direction, args, to_state, ts, w0.dtype, batch)
+        rows = _rows(w0, event, batch, coefficients)
+        step, remaining = _stepper(g, ts, p, batch, coefficients, rows=rows)
         saved, steps, _, (t, t_low, _, watch) = _march(
-            step, remaining, ts, w0, int(max_steps), batched=batch, events=events, field=g, order=p
+            step,
+            remaining,
+            ts,
+            w0,
+            int(max_steps),
+            batched=batch,
+            events=events,
+            field=g,
+            order=p,
+            coefficients=_again(g, p, coefficients) if rows else None,
         )
         if events is None:
             return _refusing_reverse_mode(Solution(jax.vmap(to_state)(saved), steps))

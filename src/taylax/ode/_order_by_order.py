@@ -25,6 +25,7 @@ A zero coefficient is `None`, so constants and the time's series `t0 + s` cost n
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import jax
@@ -75,14 +76,38 @@ def _linear_in(primitive) -> Callable | None:
     return linear_inputs.get(primitive)
 
 
-def _once(value):
-    """`value`, computed once into a buffer rather than in every kernel that reads it.
+@dataclasses.dataclass(frozen=True)
+class Style:
+    """How a frame writes its coefficients for XLA (docs/ODE.md, "One kernel per step").
+
+    - `marks`: costly values of order 0 (`sin(x_0)`, ...) and each order's state are
+      computed once into a buffer (`_once`). For a state held as one array, whose
+      orders XLA:CPU writes as one kernel each.
+    - `reciprocals`: a division by a value of order 0 (a quotient's, a power's, a
+      logarithm's recurrence) is a product with its reciprocal, computed once. XLA does
+      not copy a division into its readers, so each one ends a kernel; a product lets
+      the coefficients of a state held as separate rows fuse into one kernel.
+    """
+
+    marks: bool = True
+    reciprocals: bool = False
+
+
+def _once(value, style: Style):
+    """`value`, computed once into a buffer rather than in every kernel that reads it
+    (where `style.marks`).
 
     Every order's kernel reads the values of order 0, and XLA copies elementwise producers
     into each reader: a `sin(x_0)` read by all K orders was K calls of libm's `sin` per
     step (K times per trajectory in a batch). The mark (`taylax._series.computed_once`)
     costs one small kernel; the policy drops it where values are not marked (GPUs)."""
-    return computed_once(value, opaque_one(value))
+    return computed_once(value, opaque_one(value)) if style.marks else value
+
+
+def _over(numerator, x0, style: Style):
+    """`numerator / x0` for a value `x0` of order 0: a product with `1 / x0` under
+    `style.reciprocals` (XLA computes the one reciprocal once), else a division."""
+    return numerator * (1 / x0) if style.reciprocals else numerator / x0
 
 
 def _coefficient(c: Coefficients, k: int):
@@ -140,7 +165,7 @@ def _integral(x: Coefficients, y: Coefficients, k: int, memo: dict, scale=1.0, k
     return None if total is None else total * (scale / k)
 
 
-def _power(x: Coefficients, y: Coefficients, k: int, p):
+def _power(x: Coefficients, y: Coefficients, k: int, p, style: Style):
     """Coefficient k of `y = x^p` from `x y' = p x' y`:
     `y_k = sum_{j=1..k} (p j - (k - j)) x_j y_{k-j} / (k x_0)`."""
     terms = []
@@ -149,13 +174,15 @@ def _power(x: Coefficients, y: Coefficients, k: int, p):
         if xj is not None and yj is not None:
             terms.append((p * j - (k - j)) * (xj * yj))
     out = _sum(terms)
-    return None if out is None else out / (k * x[0])
+    if out is None:
+        return None
+    return out * (1 / k) * (1 / x[0]) if style.reciprocals else out / (k * x[0])
 
 
-def _quotient(a, b: Coefficients, q: Coefficients, k: int):
+def _quotient(a, b: Coefficients, q: Coefficients, k: int, style: Style):
     """Coefficient k of `q = a / b`: `(a_k - sum_{j >= 1} b_j q_{k-j}) / b_0`."""
     numerator = _sub(a, _convolution(b, q, k, low=1))
-    return None if numerator is None else numerator / b[0]
+    return None if numerator is None else _over(numerator, b[0], style)
 
 
 def _grow(series: Coefficients, k: int, value) -> None:
@@ -166,7 +193,8 @@ def _grow(series: Coefficients, k: int, value) -> None:
 
 # ---- Rules: `rule(k, ins, out, eqn, memo) -> coefficient k of the output` ------------
 # `ins` are the inputs' coefficients (0..k known), `out` the output's (0..k-1), `memo` a
-# dict the rule keeps series of its own in from order to order.
+# dict the rule keeps series of its own in from order to order, and its entry "style" the
+# frame's `Style`.
 
 
 def _mul(k, ins, out, eqn, memo):
@@ -188,7 +216,7 @@ def _dot_general(k, ins, out, eqn, memo):
 
 
 def _div(k, ins, out, eqn, memo):
-    return _quotient(_coefficient(ins[0], k), ins[1], out, k)
+    return _quotient(_coefficient(ins[0], k), ins[1], out, k, memo["style"])
 
 
 def _integer_pow(k, ins, out, eqn, memo):
@@ -215,26 +243,27 @@ def _integer_pow(k, ins, out, eqn, memo):
     if n > 0:
         return powers[-1][k]
     # x^n = 1 / x^|n|.
-    return _quotient(None, powers[-1], out, k)
+    return _quotient(None, powers[-1], out, k, memo["style"])
 
 
 def _root(p):
     def rule(k, ins, out, eqn, memo):
-        return _power(ins[0], out, k, p)
+        return _power(ins[0], out, k, p, memo["style"])
 
     return rule
 
 
 def _pow(k, ins, out, eqn, memo):
     x, p = ins
+    style = memo["style"]
     if len(p) == 1:
-        return _power(x, out, k, p[0])
+        return _power(x, out, k, p[0], style)
     # A varying exponent: x^p = exp(p log x).
     if "log" not in memo:
-        memo["log"] = [_once(jnp.log(x[0]))]
+        memo["log"] = [_once(jnp.log(x[0]), style)]
         memo["exponent"] = [p[0] * memo["log"][0]]
     log, exponent = memo["log"], memo["exponent"]
-    _grow(log, k, _logarithm(x, log, k, x[0], memo, "log slopes"))
+    _grow(log, k, _logarithm(x, log, k, x[0], memo, style, "log slopes"))
     _grow(exponent, k, _convolution(p, log, k))
     return _integral(exponent, out, k, memo)
 
@@ -252,20 +281,22 @@ def _expm1(k, ins, out, eqn, memo):
     return _integral(ins[0], [out[0] + 1, *out[1:]], k, memo)
 
 
-def _logarithm(x: Coefficients, log: Coefficients, k: int, x0, memo: dict, key="slopes"):
+def _logarithm(
+    x: Coefficients, log: Coefficients, k: int, x0, memo: dict, style: Style, key="slopes"
+):
     """Coefficient k of `log(x)` (with `x_0` given as `x0`), from `x log' = x'`:
     `(x_k - sum_{j=1..k-1} (j / k) log_j x_{k-j}) / x_0`."""
     rest = _convolution(_slopes(log, memo, k - 1, key), x, k, 1, k - 1)
     numerator = _sub(_coefficient(x, k), None if rest is None else rest * (1 / k))
-    return None if numerator is None else numerator / x0
+    return None if numerator is None else _over(numerator, x0, style)
 
 
 def _log(k, ins, out, eqn, memo):
-    return _logarithm(ins[0], out, k, ins[0][0], memo)
+    return _logarithm(ins[0], out, k, ins[0][0], memo, memo["style"])
 
 
 def _log1p(k, ins, out, eqn, memo):
-    return _logarithm(ins[0], out, k, ins[0][0] + 1, memo)
+    return _logarithm(ins[0], out, k, ins[0][0] + 1, memo, memo["style"])
 
 
 def _pair(kind: str):
@@ -278,7 +309,8 @@ def _pair(kind: str):
         def pair_rule(k, ins, out, eqn, memo):
             (x,) = ins
             if "pair" not in memo:
-                memo["pair"] = ([_once(first(x[0]))], [_once(second(x[0]))])
+                style = memo["style"]
+                memo["pair"] = ([_once(first(x[0]), style)], [_once(second(x[0]), style)])
             s, c = memo["pair"]
             if len(s) <= k:
                 s_k = _integral(x, c, k, memo)
@@ -318,18 +350,19 @@ def _inverse(constant: float, square: float, p: float, scale: float = 1.0):
 
     def rule(k, ins, out, eqn, memo):
         (x,) = ins
+        style = memo["style"]
         if "power" not in memo:
             memo["base"] = [constant + square * (x[0] * x[0])]
-            memo["power"] = [_once(memo["base"][0] ** p)]
+            memo["power"] = [_once(memo["base"][0] ** p, style)]
         base, power = memo["base"], memo["power"]
         m = k - 1
         if m > 0:
             square_m = _convolution(x, x, m)
             _grow(base, m, None if square_m is None else square * square_m)
             if p == -1:
-                _grow(power, m, _quotient(None, base, power, m))
+                _grow(power, m, _quotient(None, base, power, m, style))
             else:
-                _grow(power, m, _power(base, power, m, p))
+                _grow(power, m, _power(base, power, m, p, style))
         return _integral(x, power, k, memo, scale=scale)
 
     return rule
@@ -343,7 +376,7 @@ def _erf(scale: float):
         (x,) = ins
         if "exp" not in memo:
             memo["exponent"] = [-(x[0] * x[0])]
-            memo["exp"] = [_once(jnp.exp(memo["exponent"][0]))]
+            memo["exp"] = [_once(jnp.exp(memo["exponent"][0]), memo["style"])]
         exponent, exp = memo["exponent"], memo["exp"]
         m = k - 1
         if m > 0:
@@ -515,10 +548,11 @@ def _fit(value, aval):
 
 class _Frame:
     """One jaxpr's values as coefficient lists, kept from order to order (with a frame of
-    its own for every call it makes)."""
+    its own for every call it makes), written in `style`."""
 
-    def __init__(self, jaxpr, consts):
+    def __init__(self, jaxpr, consts, style: Style):
         self.jaxpr = jaxpr
+        self.style = style
         const_vars, self.invars = _compat.input_vars(jaxpr, len(consts))
         self.env: dict = {v: [c] for v, c in zip(const_vars, consts)}
         self.memos: dict = {}
@@ -535,14 +569,14 @@ class _Frame:
             if body is not None:
                 frame = self.calls.get(index)
                 if frame is None:
-                    frame = self.calls[index] = _Frame(*body)
+                    frame = self.calls[index] = _Frame(*body, self.style)
                 env.update(zip(eqn.outvars, frame.run(k, ins)))
                 continue
             if k == 0:
                 outs = _compat.bind_equation(eqn, [c[0] for c in ins])
                 outs = outs if eqn.primitive.multiple_results else [outs]
                 if eqn.primitive in _COSTLY:
-                    outs = [_once(o) for o in outs]
+                    outs = [_once(o, self.style) for o in outs]
                 for var, value in zip(eqn.outvars, outs):
                     env[var] = [value]
                 continue
@@ -564,7 +598,7 @@ class _Frame:
         if rule is not None:
             kind = _PAIRED.get(primitive)
             key = (kind, eqn.invars[0]) if kind else index
-            memo = self.memos.setdefault(key, {})
+            memo = self.memos.setdefault(key, {"style": self.style})
             return [rule(k, ins, self.env[eqn.outvars[0]], eqn, memo)]
         linear = _linear_in(primitive)
         args, varying = [], False
@@ -581,19 +615,57 @@ class _Frame:
         return list(outs) if primitive.multiple_results else [outs]
 
 
+def field_rows_program(g, t0, w0) -> tuple:
+    """`(jaxpr, consts)` as `field_program`, of `g` with the state `w0` (`(n, ...)`) taken
+    as its n rows `w0[i]`, each an input of its own, and the field's value returned as
+    its n rows. XLA's simplifier removes the stack and the slices this adds."""
+    n = w0.shape[0]
+
+    def rows_field(t, *rows):
+        value = g(t, jnp.stack(rows))
+        return [value[i] for i in range(n)]
+
+    return _compat.closed_parts(jax.make_jaxpr(rows_field)(t0, *(w0[i] for i in range(n))))
+
+
 def solution_series(program: tuple, t0, w0, order: int):
     """Coefficients `w_0..w_order` of the solution of `w' = g(t, w)` through
     `w(t0) = w0`, stacked `(order + 1, *w0.shape)`, one order at a time, from `g`'s
     `program` (`field_program`; every primitive of it must have a recurrence here:
     `unsupported_primitive`)."""
-    frame = _Frame(*program)
-    w: Coefficients = [w0]
-    time = [t0, jnp.ones_like(t0)]
-    zero = jnp.zeros_like(w0)
-    for k in range(order):
-        (f,) = frame.run(k, [time, w])
-        f_k = _coefficient(f, k)
-        # Computed once: each order's kernel then writes w_{k+1} itself, where XLA:CPU
-        # wrote F_k and a second kernel per order scaled it for the stack.
-        w.append(zero if f_k is None else _once((f_k / (k + 1)).astype(w0.dtype)))
+    (w,) = _solution(program, t0, [w0], order, Style())
     return jnp.stack(w)
+
+
+def solution_rows(program: tuple, t0, w0, order: int) -> list[list]:
+    """The coefficients of `solution_series` as separate arrays, `c[k][i]` the
+    coefficient k of row i of the state, from `g`'s `field_rows_program`.
+
+    Written for one kernel: no value marked and divisions as products (`Style`). With
+    the orders of each row apart, every value of the step is a scalar (or one
+    trajectory's lane of a batch) and XLA:CPU fuses the whole recurrence into one
+    kernel, where a state held as one array took a kernel or three per order
+    (docs/ODE.md, "One kernel per step")."""
+    rows = _solution(program, t0, [w0[i] for i in range(w0.shape[0])], order, _ONE_KERNEL)
+    return [list(orders) for orders in zip(*rows)]
+
+
+_ONE_KERNEL = Style(marks=False, reciprocals=True)
+
+
+def _solution(program: tuple, t0, states: list, order: int, style: Style) -> list[list]:
+    """Each input state's coefficients `0..order` (a list per state) from the field's
+    `program`, whose inputs are the time and `states` and whose outputs their
+    derivatives."""
+    frame = _Frame(*program, style)
+    w = [[s] for s in states]
+    time = [t0, jnp.ones_like(t0)]
+    zeros = [jnp.zeros_like(s) for s in states]
+    for k in range(order):
+        fs = frame.run(k, [time, *w])
+        for w_i, f, zero in zip(w, fs, zeros):
+            f_k = _coefficient(f, k)
+            # Computed once (a marked style): each order's kernel then writes w_{k+1}
+            # itself, where XLA:CPU wrote F_k and a second kernel per order scaled it.
+            w_i.append(zero if f_k is None else _once((f_k / (k + 1)).astype(zero.dtype), style))
+    return w
