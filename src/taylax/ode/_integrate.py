@@ -182,7 +182,7 @@ def _stepper(
 def _rows(w0, event, batched: bool, method: str) -> bool:
     """Whether a forward solve's steps hold the state's coefficients as rows apart
     (`solution_rows`): for one trajectory (in a batch the rows are lanes, and 4,096
-    Kepler orbits ran 2.6x slower, docs/ODE.md) whose state `w0` has at most the
+    Kepler orbits ran 1.6-3x slower, docs/ODE.md) whose state `w0` has at most the
     policy's `ode_rows_max_state` rows, no event (whose watch reads them stacked), and
     coefficients that may be computed order by order."""
     if batched or event is not None or method == "doubling":
