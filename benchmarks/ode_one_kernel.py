@@ -41,10 +41,10 @@ def per_step(solve, ts, y0) -> tuple[float, int]:
     return seconds / steps * 1e6, steps
 
 
-def loop_kernels(solve, ts, y0) -> int:
-    """The fused kernels of the stepping loop's body in `solve`'s compiled program (not
-    those of the branches it calls, which run only in the steps that take them)."""
-    text = solve.lower(ts, y0).compile().as_text()
+def loop_kernels(compiled) -> int:
+    """The fused kernels of the stepping loop's body in a `compiled` solve (not those of
+    the branches it calls, which run only in the steps that take them)."""
+    text = compiled.as_text()
     computations = {}
     for block in text.split("\n\n"):
         name = re.match(r"\s*(?:ENTRY )?%(\S+) ", block)
@@ -74,7 +74,7 @@ def pendulum_floor(order: int, trips: int = TRIPS):
         h = 1e-3
         return jnp.stack([sum(x * h**k for k, x in enumerate(series)) for series in (theta, omega)])
 
-    return jax.jit(lambda y: lax.fori_loop(0, trips, body, y))
+    return lambda y: lax.fori_loop(0, trips, body, y)
 
 
 def main() -> None:
@@ -98,12 +98,12 @@ def main() -> None:
             cells = []
             for label, policy in policies.items():
                 problem = problems.PROBLEMS[name]
-                with taylax.emission_policy(policy):
+                ts, y0 = jnp.array([0.0, problem.t_end]), jnp.asarray(problem.y0)
+                with taylax.emission_policy(policy):  # traced (and compiled) in here
                     solve = taylax.ode.integrate(problem.field, tol=tol)
-                    solve = jax.jit(solve, compiler_options=options)
-                    ts = jnp.array([0.0, problem.t_end])
-                    us, steps = per_step(solve, ts, jnp.asarray(problem.y0))
-                    kernels = loop_kernels(solve, ts, jnp.asarray(problem.y0))
+                    compiled = jax.jit(solve, compiler_options=options).lower(ts, y0).compile()
+                us, steps = per_step(compiled, ts, y0)
+                kernels = loop_kernels(compiled)
                 cells.append(f"{label} {us:.2f} ({kernels} kernels)")
             if args.heyoka:
                 seconds, _, heyoka_steps, _ = problems.run_heyoka(problems.PROBLEMS[name], tol, 5)

@@ -390,13 +390,11 @@ def batched_jacobian(g):
     return jac_g
 
 
-def solution_rows(g, t0, w0, order: int, method: str = "auto") -> list[list] | None:
+def solution_rows(g, t0, w0, order: int) -> list[list] | None:
     """The coefficients of `solution_series` as `c[k][i]`, coefficient k of row i of the
     state `w0` (`(n,)`, or `(n, B)` for B trajectories), each a separate array that the
-    caller reads apart (`_order_by_order.solution_rows`); None where they are not
-    computed order by order (`method` or a primitive without a recurrence)."""
-    if method == "doubling":
-        return None
+    caller reads apart (`_order_by_order.solution_rows`), computed order by order; None
+    where the field has a primitive without a recurrence."""
     program = _order_by_order.field_rows_program(g, t0, w0)
     if _order_by_order.unsupported_primitive(program) is not None:
         return None

@@ -140,6 +140,18 @@ def _step_size(c, order: int):
     return rho * math.exp(-2.0 - 0.7 / (order - 1))
 
 
+def _series_of(g, order: int, batched: bool, method: str, rows: bool) -> Callable:
+    """`(t, w) -> c`, a step's coefficients from its start (`solution_series`); with
+    `rows`, as the state's rows apart (`solution_rows`) where the field has a recurrence
+    for every primitive."""
+
+    def series(t, w):
+        c = solution_rows(g, t, w, order) if rows else None
+        return solution_series(g, t, w, order, batched, method) if c is None else c
+
+    return series
+
+
 def _stepper(
     g,
     ts,
@@ -159,14 +171,13 @@ def _stepper(
     order, which `evaluate` must read (`horner` does)."""
     t_end = ts[-1]
     direction = time_direction(ts, ts.dtype)
+    series = _series_of(g, order, batched, method, rows)
 
     def remaining(t, t_low):
         return direction * ((t_end - t) - t_low)
 
     def step(t, t_low, w):
-        c = solution_rows(g, t, w, order, method) if rows else None
-        if c is None:
-            c = solution_series(g, t, w, order, batched, method)
+        c = series(t, w)
         left = remaining(t, t_low)
         h = jnp.minimum(_step_size(c, order), left)
         # The time as an unevaluated sum `t + t_low` (two-sum): rounding `t + h` at every
@@ -188,17 +199,6 @@ def _rows(w0, event, batched: bool, method: str) -> bool:
     if batched or event is not None or method == "doubling":
         return False
     return w0.shape[0] <= _policy.current().ode_rows_max_state
-
-
-def _again(g, order: int, method: str) -> Callable:
-    """`(t, w) -> c`, a step's coefficients again (`saving_again`): as rows, or stacked
-    where the field has a primitive without a recurrence."""
-
-    def coefficients(t, w):
-        c = solution_rows(g, t, w, order, method)
-        return solution_series(g, t, w, order, method=method) if c is None else c
-
-    return coefficients
 
 
 def _setup(vector_field, ts, y0, args, tol, order, batched: bool = False):
@@ -656,7 +656,7 @@ def integrate(
             events=events,
             field=g,
             order=p,
-            coefficients=_again(g, p, coefficients) if rows else None,
+            coefficients=_series_of(g, p, batch, coefficients, rows) if rows else None,
         )
         if events is None:
             return _refusing_reverse_mode(Solution(jax.vmap(to_state)(saved), steps))
