@@ -44,6 +44,17 @@ def test_no_cuts_without_a_fusion_cut_or_in_a_short_pass():
     assert _barriers(1, 4, taylax.CPU) == 0
 
 
+def test_a_short_pass_is_not_cut_on_the_cpu():
+    # Past `fusion_cut` but below `fusion_cut_min_work` (equations times K squared), the
+    # CPU policy leaves the pass whole: a cut's kernel recomputes what its rows share. 5
+    # steps are 105 equations: 945 at K = 3, 2,625 at K = 5.
+    always = dataclasses.replace(taylax.CPU, name="always", fusion_cut_min_work=None)
+    assert _barriers(5, 3, always) >= 1
+    assert _barriers(5, 3, taylax.CPU) == 0
+    assert _barriers(5, 5, taylax.CPU) >= 1
+    assert _barriers(5, 3, taylax.GPU) >= 1
+
+
 def _largest_fusion(compiled_text: str) -> int:
     """Instructions in the largest fused computation of an optimized HLO module."""
     sizes, current = [], None
@@ -71,7 +82,7 @@ def test_fused_kernels_stay_bounded_as_the_loop_grows():
             compiled = jax.jit(taylax.derivatives(f, 2)).lower(0.8).compile()
         return _largest_fusion(compiled.as_text())
 
-    cut = dataclasses.replace(taylax.CPU, name="cut", fusion_cut=48)
+    cut = dataclasses.replace(taylax.CPU, name="cut", fusion_cut=48, fusion_cut_min_work=None)
     uncut = dataclasses.replace(taylax.CPU, name="uncut", fusion_cut=None)
     uncut_12 = largest(12, uncut)
     assert uncut_12 >= 1.8 * largest(6, uncut)
@@ -82,8 +93,9 @@ def test_fused_kernels_stay_bounded_as_the_loop_grows():
 def test_cuts_change_no_value(K):
     f = lambda y: rk4_cubic(y, 6)  # noqa: E731 (uncut, 12 steps run for minutes)
     y0 = jnp.linspace(0.5, 1.0, 7)
-    cut = dataclasses.replace(taylax.CPU, name="cut", fusion_cut=16)
+    cut = dataclasses.replace(taylax.CPU, name="cut", fusion_cut=16, fusion_cut_min_work=None)
     uncut = dataclasses.replace(taylax.CPU, name="uncut", fusion_cut=None)
+    assert _barriers(6, K, cut) >= 1
     results = []
     for policy in (cut, uncut):
         with taylax.emission_policy(policy):

@@ -30,12 +30,19 @@ def cut_points(
     rows a rule emits); a cut follows once the weight since the last cut reaches the
     policy's `fusion_cut`. None there: no cuts; none in the body of a loop either, which
     a `while` runs as kernels of its own once per step (a cut in the 100-step RK4 of
-    `bench_programs` cost 10-70% at K = 8).
+    `bench_programs` cost 10-70% at K = 8). None in a pass whose work, the same
+    equations each weighing the square, stays below the policy's `fusion_cut_min_work`:
+    a cut costs a kernel per live series that recomputes what its rows share, and such a
+    pass runs faster whole (docs/EMISSION.md, "Concatenate roots").
     """
     policy = _policy.current()
     if policy.fusion_cut is None or order < 1 or _pass.in_loop_body():
         return {}
     weight = min(order, max(policy.unroll_max_order, 1))
+    if policy.fusion_cut_min_work is not None:
+        reading = sum(1 for eqn in jaxpr.eqns if _reads(eqn, varying))
+        if reading * weight * weight < policy.fusion_cut_min_work:
+            return {}
     last_use: dict = {}
     for i, eqn in enumerate(jaxpr.eqns):
         for v in eqn.invars:
@@ -50,7 +57,7 @@ def cut_points(
     since = 0
     for i, eqn in enumerate(jaxpr.eqns[:-1]):
         defined.extend(v for v in eqn.outvars if v in varying)
-        if any(not isinstance(v, _compat.Literal) and v in varying for v in eqn.invars):
+        if _reads(eqn, varying):
             since += weight
         if since >= policy.fusion_cut:
             live = tuple(v for v in defined if last_use.get(v, -1) > i)
@@ -59,6 +66,11 @@ def cut_points(
                 cuts[i] = live
             since = 0
     return cuts
+
+
+def _reads(eqn, varying: set) -> bool:
+    """Whether `eqn` reads a varying value (the equations a cut counts)."""
+    return any(not isinstance(v, _compat.Literal) and v in varying for v in eqn.invars)
 
 
 def materialized(values: Sequence[Series]) -> list[Series]:

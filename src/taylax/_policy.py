@@ -123,7 +123,10 @@ class EmissionPolicy:
     read a varying value, each weighing `min(K, unroll_max_order)`), the series still to be
     read pass through one optimization barrier, so that no fused kernel spans more; XLA:CPU
     runs a long fused chain with several outputs in time exponential in its depth. None:
-    no cuts.
+    no cuts. `fusion_cut_min_work`: a pass whose whole work (equations that read a varying
+    value, each weighing `min(K, unroll_max_order)` squared) stays below this is not cut:
+    on XLA:CPU's default emitters a cut's stack is a kernel that recomputes what its rows
+    share, and a short pass runs faster whole. None: every pass past `fusion_cut`.
 
     **Nested derivatives** (`taylax._derivative`): `shift_by_product_max_size`: a
     derivative's coefficients read off a shared pass are shifted by a product with a
@@ -204,6 +207,7 @@ class EmissionPolicy:
     fallback_check_apart: bool = False
     guarded_products: bool = False
     fusion_cut: int | None = 256
+    fusion_cut_min_work: int | None = 2048
     shift_by_product_max_size: int = 1024
     collapsed_jvp_max_order: int = 2
     budget: int | None = 1_500
@@ -305,6 +309,7 @@ GPU = EmissionPolicy(
     mark_values=False,
     blocked_directions=False,
     fallback_check_apart=True,
+    fusion_cut_min_work=None,
 )
 """The policy for XLA:GPU (`gpu`, `cuda`, `rocm`): straight-line code that XLA fuses into few
 kernels; no loop over coefficients, elements or points, no buffer marks; products as sums of
