@@ -316,8 +316,10 @@ kernels; no loop over coefficients, elements or points, no buffer marks; product
 row products, and each output row computed into a buffer of its own before the stack (fused
 into the stack, XLA:GPU recomputed each row's shared expressions). Whole-array calls of
 elementwise functions stay whole-array passes (unmeasured as a `vmap` on a GPU). Its fusion cuts
-are the CPU's, unmeasured on a GPU: a guard against kernels that grow with a whole
-unrolled loop, at the price of a few more kernels in long programs.
+are the CPU's `fusion_cut`, unmeasured on a GPU: a guard against kernels that grow with a
+whole unrolled loop, at the price of a few more kernels in long programs. Short passes are
+cut too (`fusion_cut_min_work=None`): the CPU leaves them whole because of how XLA:CPU
+emits a cut, which says nothing of XLA:GPU.
 
 !!! Example
 
