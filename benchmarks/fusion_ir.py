@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_unrolled import PROGRAMS  # noqa: E402
 from gpu_check import time_all  # noqa: E402
 from policy_ab import parse_set  # noqa: E402
-from unrolled_ab import _option  # noqa: E402
+from unrolled_ab import compiler_option  # noqa: E402
 
 
 def kernels(hlo: str) -> dict:
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     parser.add_argument("--set", nargs="*", default=[], help="policy changes FIELD=VALUE")
     parser.add_argument("--compiler-option", action="append", default=[])
     args = parser.parse_args(argv)
-    options = dict(_option(o) for o in args.compiler_option)
+    options = dict(compiler_option(o) for o in args.compiler_option)
     policy = dataclasses.replace(taylax.CPU, name="cpu", **parse_set(args.set))
     ys = jnp.linspace(0.5, 1.0, args.points)
 
@@ -76,12 +76,13 @@ def main(argv=None) -> int:
     fn = jax.vmap(taylax.derivatives(f, args.order))
     with tempfile.TemporaryDirectory() as dump, taylax.emission_policy(policy):
         compiled = jax.jit(fn).lower(ys).compile({**options, "xla_dump_to": dump})
-        fused = kernels(compiled.as_text())
+        hlo = compiled.as_text()
+        fused = kernels(hlo)
         ir = {}
         for path in Path(dump).glob("*_kernel_module.ir-with-opt.ll"):
             kernel = re.search(r"\.([^.]*(?:\.\d+)?)_kernel_module", path.name).group(1)
             ir[kernel] = ir_counts(path.read_text())
-    entry = compiled.as_text().split("ENTRY", 1)[1]
+    entry = hlo.split("ENTRY", 1)[1]
     print("kernel | root | shape | HLO instructions | SIMD instructions | scalar fmul | outlined")
     for name, computation in re.findall(r"%(\S+) = \S+ fusion\([^)]*\).*?calls=%(\S+?),", entry):
         root, shape, count = fused.get(computation, ("?", "?", 0))

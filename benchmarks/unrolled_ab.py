@@ -33,7 +33,8 @@ from gpu_check import time_all  # noqa: E402
 from policy_ab import parse_set  # noqa: E402
 
 
-def _option(text: str):
+def compiler_option(text: str):
+    """`KEY=VALUE` (from `--compiler-option`) as an XLA option: True/False or the text."""
     key, value = text.split("=", 1)
     parsed = {"True": True, "False": False}.get(value, value)
     return key, parsed
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     parser.add_argument("--points", type=int, default=1000)
     parser.add_argument("--compiler-option", action="append", default=[])
     args = parser.parse_args(argv)
-    options = dict(_option(o) for o in args.compiler_option) or None
+    options = dict(compiler_option(o) for o in args.compiler_option) or None
     ys = jnp.linspace(0.5, 1.0, args.points)
 
     def f(y):
