@@ -18,6 +18,7 @@ from . import (
     _policy,
     _rules,  # noqa: F401  (registers the built-in rules)
 )
+from ._count import count_equations
 from ._fallback import overflow_safe, with_unscaled_fallback
 from ._interpret import eval_jaxpr_series
 from ._one_kernel import fits_one_kernel
@@ -111,32 +112,61 @@ def _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order: int, unit: bool, scal
     return [p for p, _ in pairs], [c for _, c in pairs]
 
 
-def _materialized_rows(o: Series, aval, order: int):
-    """Coefficients 0..order of an output whose rows are known (`known_rows`), each row
-    computed into a buffer of its own (an optimization barrier) and then stacked (the
-    policy's `output_rows_apart_min_order`); None where they are not known."""
+def _materialized_rows(o: Series, aval, order: int, pad_to: int | None = None):
+    """Coefficients 0..order of an output, each row computed into a buffer of its own (an
+    optimization barrier) and then stacked (the policy's `output_rows_apart_min_order`);
+    None where the rows are not known (`known_rows`) and nothing is padded.
+
+    With `pad_to` (a long pass, the policy's `output_rows_apart_min_equations`) the rows
+    are read off the output's stack where they are not known, and the stack behind the
+    barrier is padded with constant rows to `pad_to` operands and sliced after it:
+    XLA:CPU drops the barrier before fusion but fuses no concatenate of more than
+    `fused_concat_max_operands` operands, so each row stays a kernel of its own. Fused
+    with the stack, the rows' shared expressions were recomputed once per row
+    (docs/EMISSION.md, "Output rows on the CPU")."""
     rows = None if o.is_constant else known_rows(o.coeffs)
     if rows is None:
-        return None
+        if pad_to is None or o.is_constant:
+            return None
+        stack = _output_stack(o, aval, order)
+        rows = [stack[k] for k in range(order + 1)]
     rows = [
         jnp.zeros(aval.shape, aval.dtype) if k >= len(rows) else rows[k] for k in range(order + 1)
     ]
     rows = [jnp.broadcast_to(jnp.asarray(r, aval.dtype), aval.shape) for r in rows]
-    return jnp.stack(lax.optimization_barrier(rows))
+    if pad_to is None:
+        return jnp.stack(lax.optimization_barrier(rows))
+    # Distinct constants: equal padding rows became one `pad` in XLA's simplifier, and
+    # the stack was fused again.
+    padding = [jnp.full(aval.shape, k + 2, aval.dtype) for k in range(pad_to - len(rows))]
+    return lax.optimization_barrier(jnp.stack(rows + padding))[: order + 1]
+
+
+def _long_pass(jaxpr, order: int) -> bool:
+    """Whether a `derivatives` pass over `jaxpr` is long enough for the policy's
+    `output_rows_apart_min_equations` (output rows apart, padded, and no fusion cuts)."""
+    least = _policy.current().output_rows_apart_min_equations
+    return bool(order) and least is not None and count_equations(jaxpr) >= least
 
 
 def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exact=False):
     """Derivatives 0..order of each output, stacked along a leading axis, from one pass
     along `scale` times the direction (`_to_derivatives` on every row: `0!` is 1)."""
     seeds = _seeds(x_leaves, v_leaves, order, unit, scale)
-    outs = eval_jaxpr_series(jaxpr, consts, seeds, order, fits_one_kernel(jaxpr, order))
-    stacks = []
     policy = _policy.current()
+    long = _long_pass(jaxpr, order)
+    # A long pass whose output rows are kernels of their own needs no fusion cuts: with
+    # them XLA:CPU recomputed each cut's rows in a kernel per stack (docs/EMISSION.md).
+    with _policy.pass_scope(dataclasses.replace(policy, fusion_cut=None) if long else policy):
+        outs = eval_jaxpr_series(jaxpr, consts, seeds, order, fits_one_kernel(jaxpr, order))
+    stacks = []
     for o, v in zip(outs, jaxpr.outvars):
         inexact = bool(order) and jnp.issubdtype(v.aval.dtype, jnp.inexact)
         apart = policy.output_rows_apart_min_order
         rows = None
-        if inexact and apart is not None and order >= apart:
+        if inexact and long:
+            rows = _materialized_rows(o, v.aval, order, policy.fused_concat_max_operands + 1)
+        elif inexact and apart is not None and order >= apart:
             rows = _materialized_rows(o, v.aval, order)
         if rows is not None:
             stacks.append(_to_derivatives(rows, order, scale, exact, first=0))

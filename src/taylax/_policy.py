@@ -77,6 +77,12 @@ class EmissionPolicy:
       them, where the rows are known; None never does. On
       XLA:GPU a stack fused with the rows' expressions computes them once per row of the
       stack, each thread recomputing what the rows share.
+    - `output_rows_apart_min_equations`: a `derivatives` pass of at least this many
+      equations (through nested jaxprs) computes each output row into a kernel of its own,
+      at any order, and is not cut (`fusion_cut`); None never does. The stack behind the
+      barrier is padded with constant rows past `fused_concat_max_operands` and sliced
+      after it: XLA:CPU drops a barrier before fusion but fuses no concatenate of more
+      operands, and a stack fused with its rows recomputed what they share once per row.
 
     **Chunks:**
 
@@ -176,6 +182,7 @@ class EmissionPolicy:
     polynomial_rows_max_order: int = 1
     stacked_output_max_order: int = 4
     output_rows_apart_min_order: int | None = None
+    output_rows_apart_min_equations: int | None = 64
     scalar_products_as_dots: bool = False
     element_chunk: int | None = 8192
     point_chunks: bool = True
@@ -275,7 +282,8 @@ class EmissionPolicy:
 # XLA:CPU: the constants measured on the 2-core CPU (docs/EMISSION.md, "CPU").
 CPU = EmissionPolicy(name="cpu")
 """The policy for XLA:CPU: cache-sized buffers, rows XLA:CPU fuses, loops that keep the state
-in cache, chunks of points and blocks of directions (docs/EMISSION.md, "CPU").
+in cache, chunks of points and blocks of directions; a long `derivatives` pass computes
+each output row in a kernel of its own, uncut (docs/EMISSION.md, "CPU").
 
 !!! Example
 
@@ -303,6 +311,7 @@ GPU = EmissionPolicy(
     stacked_product_rows_max_order=32,
     polynomial_rows_max_order=8,
     output_rows_apart_min_order=1,
+    output_rows_apart_min_equations=None,
     element_chunk=None,
     point_chunks=False,
     elementwise_by_points_min_bytes=None,
