@@ -10,7 +10,9 @@ steps, and per variant (ms per call, fused kernels, first call in s). Usage::
     python benchmarks/unrolled_ab.py rk4 4 5 --variants "fusion_cut=128;;fusion_cut=None" --jet
 
 `--compiler-option KEY=VALUE` passes an XLA option to every `jax.jit`, for example
-`xla_cpu_use_fusion_emitters=False` (docs/EMISSION.md, "Fusion cuts").
+`xla_cpu_use_fusion_emitters=False` (docs/EMISSION.md, "Fusion cuts"). `--api taylor` or
+`--api jet` times `taylax.taylor` (primal and normalized coefficients) or `taylax.jet`
+(along ones) in place of `taylax.derivatives`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,25 @@ def compiler_option(text: str):
     return key, parsed
 
 
+def along_ones(api: str, f, K: int):
+    """`y -> ` the primal and K coefficients of `f` along ones, through taylax's `api`."""
+    if api == "derivatives":
+        return taylax.derivatives(f, K)
+    if api == "taylor":
+
+        def taylor(y):
+            primal, coeffs = taylax.taylor(f, K)(y, 1.0)
+            return jnp.concatenate([primal[None], coeffs])
+
+        return taylor
+
+    def jet(y):
+        primal, terms = taylax.jet(f, (y,), ((1.0,) + (0.0,) * (K - 1),))
+        return jnp.stack([primal, *terms])
+
+    return jet
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("program", choices=sorted(PROGRAMS))
@@ -49,6 +70,7 @@ def main(argv=None) -> int:
     parser.add_argument("--jet", action="store_true", help="time jet's terms apart too")
     parser.add_argument("--points", type=int, default=1000)
     parser.add_argument("--compiler-option", action="append", default=[])
+    parser.add_argument("--api", choices=["derivatives", "taylor", "jet"], default="derivatives")
     args = parser.parse_args(argv)
     options = dict(compiler_option(o) for o in args.compiler_option) or None
     ys = jnp.linspace(0.5, 1.0, args.points)
@@ -60,7 +82,7 @@ def main(argv=None) -> int:
     for variant in args.variants.split(";"):
         changes = parse_set([a for a in variant.split(",") if a])
         policy = dataclasses.replace(taylax.CPU, name=variant or "cpu", **changes)
-        contenders[variant or "cpu"] = (jax.vmap(taylax.derivatives(f, args.order)), policy)
+        contenders[variant or "cpu"] = (jax.vmap(along_ones(args.api, f, args.order)), policy)
     if args.jet:
         contenders["jet"] = (jax.vmap(jet_terms(f, args.order)), None)
     results = time_all(contenders, (ys,), 20, 7, compiler_options=options)
@@ -68,7 +90,7 @@ def main(argv=None) -> int:
         k: (round(r["ms"], 3), r["fusions"], round(r["first_s"], 2)) if "ms" in r else r["error"]
         for k, r in results.items()
     }
-    print(args.program, args.order, args.steps, options or "", cells)
+    print(args.api, args.program, args.order, args.steps, options or "", cells)
     return 0
 
 

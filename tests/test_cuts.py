@@ -170,3 +170,34 @@ def test_output_rows_apart_change_no_value(K, mode):
     expected = np.stack([primal, *series], axis=1)
     np.testing.assert_allclose(results[0], results[1], rtol=1e-12, atol=0)
     np.testing.assert_allclose(results[0], expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("api", ["taylor", "jet"])
+def test_taylor_and_jet_compute_a_long_pass_rows_apart_too(api):
+    # The same rule for the normalized coefficients of `taylor` and the terms of `jet`:
+    # one barrier, of the padded stack, and the values of the pass with its stack fused
+    # and of `jax.experimental.jet`.
+    K = 4
+    f = lambda y: rk4_cubic(y, 5)  # noqa: E731
+    y0 = jnp.linspace(0.5, 1.0, 7)
+
+    def run(y):
+        if api == "taylor":
+            primal, coeffs = taylax.taylor(f, K)(y, 1.0)
+            return jnp.stack([primal, *(coeffs * np.array([1.0, 2.0, 6.0, 24.0]))])
+        primal, terms = taylax.jet(f, (y,), ((1.0,) + (0.0,) * (K - 1),))
+        return jnp.stack([primal, *terms])
+
+    fused = dataclasses.replace(taylax.CPU, name="fused", output_rows_apart_min_equations=None)
+    results = []
+    for policy in (taylax.CPU, fused):
+        with taylax.emission_policy(policy):
+            jaxpr = jax.make_jaxpr(run)(0.8)
+            results.append(jax.jit(jax.vmap(run))(y0))
+        names = [e.primitive.name for e in all_equations(jaxpr)]
+        assert names.count("optimization_barrier") == (1 if policy is taylax.CPU else 0)
+    terms = [jnp.ones_like(y0)] + [jnp.zeros_like(y0)] * (K - 1)
+    primal, series = jet.jet(f, (y0,), (terms,))
+    expected = np.stack([primal, *series], axis=1)
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(results[0], expected, rtol=1e-10, atol=1e-12)

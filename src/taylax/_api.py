@@ -107,8 +107,8 @@ def _to_derivatives(c, order: int, scale: float, exact: bool = False, first: int
 def _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order: int, unit: bool, scale: float):
     """(primals, coefficients 1..order) of one pass along `scale` times the direction."""
     seeds = _seeds(x_leaves, v_leaves, order, unit, scale)
-    outs = eval_jaxpr_series(jaxpr, consts, seeds, order)
-    pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
+    outs, long = _eval_pass(jaxpr, consts, seeds, order)
+    pairs = _output_pairs(outs, jaxpr, order, long)
     return [p for p, _ in pairs], [c for _, c in pairs]
 
 
@@ -143,22 +143,41 @@ def _materialized_rows(o: Series, aval, order: int, pad_to: int | None = None):
 
 
 def _long_pass(jaxpr, order: int) -> bool:
-    """Whether a `derivatives` pass over `jaxpr` is long enough for the policy's
+    """Whether a pass over `jaxpr` is long enough for the policy's
     `output_rows_apart_min_equations` (output rows apart, padded, and no fusion cuts)."""
     least = _policy.current().output_rows_apart_min_equations
     return bool(order) and least is not None and count_equations(jaxpr) >= least
+
+
+def _eval_pass(jaxpr, consts, seeds, order: int, one_kernel: bool | None = None):
+    """`(eval_jaxpr_series(...), long)`: a long pass (`_long_pass`) runs without fusion
+    cuts, as its output rows become kernels of their own (`_output_pairs`); with cuts
+    XLA:CPU recomputed each cut's rows in a kernel per stack (docs/EMISSION.md)."""
+    policy = _policy.current()
+    long = _long_pass(jaxpr, order)
+    with _policy.pass_scope(dataclasses.replace(policy, fusion_cut=None) if long else policy):
+        return eval_jaxpr_series(jaxpr, consts, seeds, order, one_kernel), long
+
+
+def _output_pairs(outs, jaxpr, order: int, long: bool) -> list:
+    """`_output` of each output series; a long pass's inexact outputs with their rows
+    computed apart and padded (`_materialized_rows`)."""
+    pad_to = _policy.current().fused_concat_max_operands + 1
+    pairs = []
+    for o, v in zip(outs, jaxpr.outvars):
+        rows = None
+        if long and jnp.issubdtype(v.aval.dtype, jnp.inexact):
+            rows = _materialized_rows(o, v.aval, order, pad_to)
+        pairs.append(_output(o, v.aval, order) if rows is None else (rows[0], rows[1:]))
+    return pairs
 
 
 def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exact=False):
     """Derivatives 0..order of each output, stacked along a leading axis, from one pass
     along `scale` times the direction (`_to_derivatives` on every row: `0!` is 1)."""
     seeds = _seeds(x_leaves, v_leaves, order, unit, scale)
+    outs, long = _eval_pass(jaxpr, consts, seeds, order, fits_one_kernel(jaxpr, order))
     policy = _policy.current()
-    long = _long_pass(jaxpr, order)
-    # A long pass whose output rows are kernels of their own needs no fusion cuts: with
-    # them XLA:CPU recomputed each cut's rows in a kernel per stack (docs/EMISSION.md).
-    with _policy.pass_scope(dataclasses.replace(policy, fusion_cut=None) if long else policy):
-        outs = eval_jaxpr_series(jaxpr, consts, seeds, order, fits_one_kernel(jaxpr, order))
     stacks = []
     for o, v in zip(outs, jaxpr.outvars):
         inexact = bool(order) and jnp.issubdtype(v.aval.dtype, jnp.inexact)
@@ -456,8 +475,8 @@ def _jet_pass(jaxpr, consts, primals, terms, order: int, scale: float | None, ex
         # kernels that recomputed their operands (docs/EMISSION.md, "float32 past
         # order 12").
         series.append(Series(stack_rows([p, *rows])))
-    outs = eval_jaxpr_series(jaxpr, consts, series, order)
-    pairs = [_output(o, v.aval, order) for o, v in zip(outs, jaxpr.outvars)]
+    outs, long = _eval_pass(jaxpr, consts, series, order)
+    pairs = _output_pairs(outs, jaxpr, order, long)
     coeffs = [
         _to_derivatives(c, order, scale, exact)
         if scale is not None and jnp.issubdtype(c.dtype, jnp.inexact)

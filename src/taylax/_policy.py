@@ -77,8 +77,9 @@ class EmissionPolicy:
       them, where the rows are known; None never does. On
       XLA:GPU a stack fused with the rows' expressions computes them once per row of the
       stack, each thread recomputing what the rows share.
-    - `output_rows_apart_min_equations`: a `derivatives` pass of at least this many
-      equations (through nested jaxprs) computes each output row into a kernel of its own,
+    - `output_rows_apart_min_equations`: a `derivatives`, `taylor` or `jet` pass of at
+      least this many equations (through nested jaxprs) computes each output row into a
+      kernel of its own,
       at any order, and is not cut (`fusion_cut`); None never does. The stack behind the
       barrier is padded with constant rows past `fused_concat_max_operands` and sliced
       after it: XLA:CPU drops a barrier before fusion but fuses no concatenate of more
@@ -282,8 +283,8 @@ class EmissionPolicy:
 # XLA:CPU: the constants measured on the 2-core CPU (docs/EMISSION.md, "CPU").
 CPU = EmissionPolicy(name="cpu")
 """The policy for XLA:CPU: cache-sized buffers, rows XLA:CPU fuses, loops that keep the state
-in cache, chunks of points and blocks of directions; a long `derivatives` pass computes
-each output row in a kernel of its own, uncut (docs/EMISSION.md, "CPU").
+in cache, chunks of points and blocks of directions; a long pass computes each output row
+in a kernel of its own, uncut (docs/EMISSION.md, "CPU").
 
 !!! Example
 
