@@ -3,6 +3,8 @@ the jaxprs that taylax emits."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import mpmath
@@ -193,6 +195,40 @@ def test_random_vector_program(expr, x, v):
         return mpmath_derivatives(mp_vector_components(expr, x, v), ORDER)
 
     assert_close_to_oracle(actual, expected, mp_reference, f"program {expr} at x={x!r} v={v!r}")
+
+
+# Every pass long (`output_rows_apart_min_equations`): output rows apart, padded past
+# XLA:CPU's fused concatenate, and no fusion cuts, for `derivatives`, `taylor` and `jet`.
+_ROWS_APART = dataclasses.replace(taylax.CPU, name="rows-apart", output_rows_apart_min_equations=1)
+
+
+@given(
+    expr=st.integers(2, 5).flatmap(expressions),
+    x=st.lists(points, min_size=3, max_size=3),
+    v=st.lists(directions, min_size=3, max_size=3),
+)
+def test_random_program_with_its_output_rows_apart(expr, x, v):
+    def f(x):
+        y = program(expr)(x)
+        return y * jnp.sum(jnp.sin(y)) + jnp.roll(y, 1)
+
+    x = np.asarray(x, np.float64)
+    v = np.asarray(v, np.float64)
+    expected = nested_jvp_derivatives(f, x, v, ORDER)
+    with taylax.emission_policy(_ROWS_APART):
+        actual = jax.jit(taylax.derivatives(f, ORDER))(x, v)
+        primal, coeffs = taylax.taylor(f, ORDER)(x, v)
+        jet_primal, terms = taylax.jet(f, (x,), ((v,) + (np.zeros_like(v),) * (ORDER - 1),))
+    factorials = np.cumprod([1.0, *range(1, ORDER + 1)])[:, None]
+    from_taylor = np.concatenate([np.asarray(primal)[None], coeffs]) * factorials
+    from_jet = np.stack([jet_primal, *terms])
+
+    def mp_reference():
+        return mpmath_derivatives(mp_vector_components(expr, x, v), ORDER)
+
+    for name, got in [("derivatives", actual), ("taylor", from_taylor), ("jet", from_jet)]:
+        context = f"{name}, program {expr} at x={x!r} v={v!r}"
+        assert_close_to_oracle(got, expected, mp_reference, context)
 
 
 @settings(max_examples=6)
