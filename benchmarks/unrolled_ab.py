@@ -8,11 +8,14 @@ the minimum over 7 rounds of 20 calls back to back). Prints one line: the progra
 steps, and per variant (ms per call, fused kernels, first call in s). Usage::
 
     python benchmarks/unrolled_ab.py rk4 4 5 --variants "fusion_cut=128;;fusion_cut=None" --jet
+    python benchmarks/unrolled_ab.py rk4 2 10 --points 1048576 --whole --calls 3 --rounds 3
 
 `--compiler-option KEY=VALUE` passes an XLA option to every `jax.jit`, for example
 `xla_cpu_use_fusion_emitters=False` (docs/EMISSION.md, "Fusion cuts"). `--api taylor` or
 `--api jet` times `taylax.taylor` (primal and normalized coefficients) or `taylax.jet`
-(along ones) in place of `taylax.derivatives`.
+(along ones) in place of `taylax.derivatives`. `--whole` calls taylax on the whole array of
+`--points` values along ones instead of under `jax.vmap`. Each cell also gives the compiled
+program's temporaries in MiB (`memory_analysis().temp_size_in_bytes`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ def compiler_option(text: str):
     key, value = text.split("=", 1)
     parsed = {"True": True, "False": False}.get(value, value)
     return key, parsed
+
+
+def _mib(n) -> float | None:
+    return None if n is None else round(n / 2**20, 1)
 
 
 def along_ones(api: str, f, K: int):
@@ -71,7 +78,12 @@ def main(argv=None) -> int:
     parser.add_argument("--points", type=int, default=1000)
     parser.add_argument("--compiler-option", action="append", default=[])
     parser.add_argument("--api", choices=["derivatives", "taylor", "jet"], default="derivatives")
+    parser.add_argument("--whole", action="store_true", help="whole arrays, not jax.vmap")
+    parser.add_argument("--calls", type=int, default=20, help="calls per round")
+    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
+    if args.whole and args.api != "derivatives":
+        parser.error("--whole times taylax.derivatives only")
     options = dict(compiler_option(o) for o in args.compiler_option) or None
     ys = jnp.linspace(0.5, 1.0, args.points)
 
@@ -82,12 +94,18 @@ def main(argv=None) -> int:
     for variant in args.variants.split(";"):
         changes = parse_set([a for a in variant.split(",") if a])
         policy = dataclasses.replace(taylax.CPU, name=variant or "cpu", **changes)
-        contenders[variant or "cpu"] = (jax.vmap(along_ones(args.api, f, args.order)), policy)
+        run = along_ones(args.api, f, args.order)
+        if args.whole and args.api == "derivatives":
+            run = (lambda g: lambda y: g(y, jnp.ones_like(y)))(run)
+        contenders[variant or "cpu"] = (run if args.whole else jax.vmap(run), policy)
     if args.jet:
-        contenders["jet"] = (jax.vmap(jet_terms(f, args.order)), None)
-    results = time_all(contenders, (ys,), 20, 7, compiler_options=options)
+        terms = jet_terms(f, args.order)
+        contenders["jet"] = (terms if args.whole else jax.vmap(terms), None)
+    results = time_all(contenders, (ys,), args.calls, args.rounds, compiler_options=options)
     cells = {
-        k: (round(r["ms"], 3), r["fusions"], round(r["first_s"], 2)) if "ms" in r else r["error"]
+        k: (round(r["ms"], 3), r["fusions"], round(r["first_s"], 2), _mib(r["temp_bytes"]))
+        if "ms" in r
+        else r["error"]
         for k, r in results.items()
     }
     print(args.api, args.program, args.order, args.steps, options or "", cells)

@@ -136,10 +136,13 @@ def _materialized_rows(o: Series, aval, order: int, pad_to: int | None = None):
     rows = [jnp.broadcast_to(jnp.asarray(r, aval.dtype), aval.shape) for r in rows]
     if pad_to is None:
         return jnp.stack(lax.optimization_barrier(rows))
-    # Distinct constants: equal padding rows became one `pad` in XLA's simplifier, and
-    # the stack was fused again.
-    padding = [jnp.full(aval.shape, k + 2, aval.dtype) for k in range(pad_to - len(rows))]
-    return lax.optimization_barrier(jnp.stack(rows + padding))[: order + 1]
+    # One flat concatenate, padded with single elements: padding rows of the output's
+    # shape cost a whole array's traffic each on large arrays. Distinct constants: equal
+    # ones became one `pad` in XLA's simplifier, and the stack was fused again.
+    size = math.prod(aval.shape)
+    padding = [jnp.full((1,), k + 2, aval.dtype) for k in range(pad_to - len(rows))]
+    flat = lax.optimization_barrier(jnp.concatenate([r.reshape(-1) for r in rows] + padding))
+    return flat[: (order + 1) * size].reshape(order + 1, *aval.shape)
 
 
 def _long_pass(jaxpr, order: int) -> bool:
