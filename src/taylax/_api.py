@@ -118,12 +118,12 @@ def _materialized_rows(o: Series, aval, order: int, pad_to: int | None = None):
     None where the rows are not known (`known_rows`) and nothing is padded.
 
     With `pad_to` (a long pass, the policy's `output_rows_apart_min_equations`) the rows
-    are read off the output's stack where they are not known, and the stack behind the
-    barrier is padded with constant rows to `pad_to` operands and sliced after it:
-    XLA:CPU drops the barrier before fusion but fuses no concatenate of more than
-    `fused_concat_max_operands` operands, so each row stays a kernel of its own. Fused
-    with the stack, the rows' shared expressions were recomputed once per row
-    (docs/EMISSION.md, "Output rows on the CPU")."""
+    are read off the output's stack where they are not known, and go behind the barrier
+    as one flat concatenate padded with constant elements to `pad_to` operands, sliced
+    and reshaped after it: XLA:CPU drops the barrier before fusion but fuses no
+    concatenate of more than `fused_concat_max_operands` operands, so each row stays a
+    kernel of its own. Fused with the stack, the rows' shared expressions were
+    recomputed once per row (docs/EMISSION.md, "Output rows on the CPU")."""
     rows = None if o.is_constant else known_rows(o.coeffs)
     if rows is None:
         if pad_to is None or o.is_constant:
@@ -162,10 +162,15 @@ def _eval_pass(jaxpr, consts, seeds, order: int, one_kernel: bool | None = None)
         return eval_jaxpr_series(jaxpr, consts, seeds, order, one_kernel), long
 
 
+def _pad_to() -> int:
+    """Operands of a long pass's padded output concatenate: one more than XLA:CPU fuses."""
+    return _policy.current().fused_concat_max_operands + 1
+
+
 def _output_pairs(outs, jaxpr, order: int, long: bool) -> list:
     """`_output` of each output series; a long pass's inexact outputs with their rows
     computed apart and padded (`_materialized_rows`)."""
-    pad_to = _policy.current().fused_concat_max_operands + 1
+    pad_to = _pad_to()
     pairs = []
     for o, v in zip(outs, jaxpr.outvars):
         rows = None
@@ -187,7 +192,7 @@ def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exa
         apart = policy.output_rows_apart_min_order
         rows = None
         if inexact and long:
-            rows = _materialized_rows(o, v.aval, order, policy.fused_concat_max_operands + 1)
+            rows = _materialized_rows(o, v.aval, order, _pad_to())
         elif inexact and apart is not None and order >= apart:
             rows = _materialized_rows(o, v.aval, order)
         if rows is not None:

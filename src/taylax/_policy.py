@@ -78,12 +78,12 @@ class EmissionPolicy:
       XLA:GPU a stack fused with the rows' expressions computes them once per row of the
       stack, each thread recomputing what the rows share.
     - `output_rows_apart_min_equations`: a `derivatives`, `taylor` or `jet` pass of at
-      least this many equations (through nested jaxprs) computes each output row into a
-      kernel of its own,
-      at any order, and is not cut (`fusion_cut`); None never does. The stack behind the
-      barrier is padded with constant rows past `fused_concat_max_operands` and sliced
-      after it: XLA:CPU drops a barrier before fusion but fuses no concatenate of more
-      operands, and a stack fused with its rows recomputed what they share once per row.
+      least this many equations (through nested jaxprs) computes each output row in a
+      kernel of its own, at any order, and is not cut (`fusion_cut`); None never does.
+      The rows go behind a barrier as one concatenate padded with constant elements past
+      `fused_concat_max_operands`: XLA:CPU drops a barrier before fusion but fuses no
+      concatenate of more operands, and a stack fused with its rows recomputed what
+      they share once per row.
 
     **Chunks:**
 
