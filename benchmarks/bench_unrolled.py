@@ -11,9 +11,9 @@ An unrolled loop is one long chain of elementwise operations. Without fusion cut
 
 scalar (one initial value) and under `jax.jit(jax.vmap(...))` over `--points` values, for
 each number of steps and order. Each cell: the minimum over rounds of the time per call
-of back-to-back calls (one call where a call takes over 0.5 s; a contender over 10 ms
-is not run at more steps: "-" in its cells); the first call (lower + compile + run)
-beside it. Usage::
+of back-to-back calls (one call where a call takes over 0.5 s; a contender over 10 ms,
+or whose first call took over 60 s, is not run at more steps: "-" in its cells); the
+first call (lower + compile + run) beside it. Usage::
 
     python benchmarks/bench_unrolled.py [--steps 5,10,20,40] [--orders 2,4,8]
         [--programs rk4,lorenz] [--modes scalar,vmap] [--policy cpu|gpu|cpu-uncut]
@@ -75,10 +75,12 @@ def lorenz(y, steps: int):
 
 
 PROGRAMS = {"rk4": rk4_cubic, "lorenz": lorenz}
-# A contender slower than SLOW_S per call is timed once; one slower than SKIP_MS is not
-# run at more steps (its time grows exponentially: jet's went from 0.02 ms at 10 RK4
-# steps to 45 ms at 20, at K = 2 on the 2-core CPU).
-SLOW_S, SKIP_MS = 0.5, 10.0
+# A contender slower than SLOW_S per call is timed once; one slower than SKIP_MS, or
+# whose first call took over SKIP_FIRST_S, is not run at more steps (its time grows
+# exponentially: jet's went from 0.02 ms at 10 RK4 steps to 45 ms at 20, at K = 2 on the
+# 2-core CPU; its scalar K = 8 first call from 29 s at 10 steps to 113 s at 20, and at
+# 40 its compile held 20 GB for over 20 minutes before it was stopped).
+SLOW_S, SKIP_MS, SKIP_FIRST_S = 0.5, 10.0, 60.0
 
 
 def jet_terms(f, K: int):
@@ -189,7 +191,7 @@ def main(argv=None) -> int:
                     a = None if key in slow["taylax"] else timed(ours, y0, policy, *budget)
                     b = None if key in slow["jet"] else timed(theirs, y0, None, *budget)
                     for who, r in (("taylax", a), ("jet", b)):
-                        if r is not None and r["ms"] > SKIP_MS:
+                        if r is not None and (r["ms"] > SKIP_MS or r["first_s"] > SKIP_FIRST_S):
                             slow[who].add(key)
                     if a is not None and b is not None:
                         expected = b["out"]
