@@ -175,26 +175,45 @@ def test_random_scalar_program(expr, x, v):
     assert_close_to_oracle(actual, expected, mp_reference, f"program {expr} at x={x!r} v={v!r}")
 
 
-@given(
-    expr=st.integers(2, 5).flatmap(expressions),
-    x=st.lists(points, min_size=3, max_size=3),
-    v=st.lists(directions, min_size=3, max_size=3),
-)
-def test_random_vector_program(expr, x, v):
-    # Reductions mix the components so that the program is not purely elementwise.
+def vector_program(expr):
+    """`expr` on a vector, its components mixed by reductions (`mp_vector_components`), so
+    that the program is not purely elementwise."""
+
     def f(x):
         y = program(expr)(x)
         return y * jnp.sum(jnp.sin(y)) + jnp.roll(y, 1)
 
+    return f
+
+
+vectors = {
+    "expr": st.integers(2, 5).flatmap(expressions),
+    "x": st.lists(points, min_size=3, max_size=3),
+    "v": st.lists(directions, min_size=3, max_size=3),
+}
+
+
+def assert_vector_program(expr, x, v, run) -> None:
+    """`run(f, x, v)` (a dict: name -> derivatives 0..ORDER of `f = vector_program(expr)`
+    at `x` along `v`) against nested jvp, or the 50-digit reference where they disagree."""
+    f = vector_program(expr)
     x = np.asarray(x, np.float64)
     v = np.asarray(v, np.float64)
     expected = nested_jvp_derivatives(f, x, v, ORDER)
-    actual = taylax.derivatives(f, ORDER)(x, v)
 
     def mp_reference():
         return mpmath_derivatives(mp_vector_components(expr, x, v), ORDER)
 
-    assert_close_to_oracle(actual, expected, mp_reference, f"program {expr} at x={x!r} v={v!r}")
+    for name, got in run(f, x, v).items():
+        context = f"{name}, program {expr} at x={x!r} v={v!r}"
+        assert_close_to_oracle(got, expected, mp_reference, context)
+
+
+@given(**vectors)
+def test_random_vector_program(expr, x, v):
+    assert_vector_program(
+        expr, x, v, lambda f, x, v: {"derivatives": taylax.derivatives(f, ORDER)(x, v)}
+    )
 
 
 # Every pass long (`output_rows_apart_min_equations`): output rows apart, padded past
@@ -202,33 +221,22 @@ def test_random_vector_program(expr, x, v):
 _ROWS_APART = dataclasses.replace(taylax.CPU, name="rows-apart", output_rows_apart_min_equations=1)
 
 
-@given(
-    expr=st.integers(2, 5).flatmap(expressions),
-    x=st.lists(points, min_size=3, max_size=3),
-    v=st.lists(directions, min_size=3, max_size=3),
-)
-def test_random_program_with_its_output_rows_apart(expr, x, v):
-    def f(x):
-        y = program(expr)(x)
-        return y * jnp.sum(jnp.sin(y)) + jnp.roll(y, 1)
-
-    x = np.asarray(x, np.float64)
-    v = np.asarray(v, np.float64)
-    expected = nested_jvp_derivatives(f, x, v, ORDER)
+def _rows_apart(f, x, v) -> dict:
     with taylax.emission_policy(_ROWS_APART):
         actual = jax.jit(taylax.derivatives(f, ORDER))(x, v)
         primal, coeffs = taylax.taylor(f, ORDER)(x, v)
         jet_primal, terms = taylax.jet(f, (x,), ((v,) + (np.zeros_like(v),) * (ORDER - 1),))
     factorials = np.cumprod([1.0, *range(1, ORDER + 1)])[:, None]
-    from_taylor = np.concatenate([np.asarray(primal)[None], coeffs]) * factorials
-    from_jet = np.stack([jet_primal, *terms])
+    return {
+        "derivatives": actual,
+        "taylor": np.concatenate([np.asarray(primal)[None], coeffs]) * factorials,
+        "jet": np.stack([jet_primal, *terms]),
+    }
 
-    def mp_reference():
-        return mpmath_derivatives(mp_vector_components(expr, x, v), ORDER)
 
-    for name, got in [("derivatives", actual), ("taylor", from_taylor), ("jet", from_jet)]:
-        context = f"{name}, program {expr} at x={x!r} v={v!r}"
-        assert_close_to_oracle(got, expected, mp_reference, context)
+@given(**vectors)
+def test_random_program_with_its_output_rows_apart(expr, x, v):
+    assert_vector_program(expr, x, v, _rows_apart)
 
 
 @settings(max_examples=6)
