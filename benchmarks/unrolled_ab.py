@@ -49,9 +49,12 @@ def _mib(n) -> float | None:
     return None if n is None else round(n / 2**20, 1)
 
 
-def along_ones(api: str, f, K: int):
-    """`y -> ` the primal and K coefficients of `f` along ones, through taylax's `api`."""
+def along_ones(api: str, f, K: int, whole: bool = False):
+    """`y -> ` the primal and K coefficients of `f` along ones, through taylax's `api`;
+    with `whole`, `derivatives` of the whole array `y` (a direction of ones)."""
     if api == "derivatives":
+        if whole:
+            return lambda y: taylax.derivatives(f, K)(y, jnp.ones_like(y))
         return taylax.derivatives(f, K)
     if api == "taylor":
 
@@ -94,9 +97,7 @@ def main(argv=None) -> int:
     for variant in args.variants.split(";"):
         changes = parse_set([a for a in variant.split(",") if a])
         policy = dataclasses.replace(taylax.CPU, name=variant or "cpu", **changes)
-        run = along_ones(args.api, f, args.order)
-        if args.whole and args.api == "derivatives":
-            run = (lambda g: lambda y: g(y, jnp.ones_like(y)))(run)
+        run = along_ones(args.api, f, args.order, args.whole)
         contenders[variant or "cpu"] = (run if args.whole else jax.vmap(run), policy)
     if args.jet:
         terms = jet_terms(f, args.order)

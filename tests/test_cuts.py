@@ -30,11 +30,15 @@ def rk4_cubic(y, steps, h=0.05):
 CUTTING_CPU = dataclasses.replace(taylax.CPU, name="cutting", output_rows_apart_min_equations=None)
 
 
-def _barriers(steps, K, policy):
+def _rk4_jaxpr(steps, K, policy):
+    """The jaxpr of `derivatives` of order K over `steps` RK4 steps under `policy`."""
     f = lambda y: rk4_cubic(y, steps)  # noqa: E731
     with taylax.emission_policy(policy):
-        jaxpr = jax.make_jaxpr(taylax.derivatives(f, K))(0.8)
-    return taylax.equation_counts(jaxpr).get("optimization_barrier", 0)
+        return jax.make_jaxpr(taylax.derivatives(f, K))(0.8)
+
+
+def _barriers(steps, K, policy):
+    return taylax.equation_counts(_rk4_jaxpr(steps, K, policy)).get("optimization_barrier", 0)
 
 
 @pytest.mark.parametrize("policy", [CUTTING_CPU, taylax.GPU], ids=["cpu", "gpu"])
@@ -114,12 +118,9 @@ def test_cuts_change_no_value(K):
 
 
 def _output_barrier(steps, K, policy):
-    """The optimization barriers of a `derivatives` pass over `steps` RK4 steps, and the
-    operands of the concatenate each one takes."""
-    f = lambda y: rk4_cubic(y, steps)  # noqa: E731
-    with taylax.emission_policy(policy):
-        jaxpr = jax.make_jaxpr(taylax.derivatives(f, K))(0.8)
-    eqns = list(all_equations(jaxpr))
+    """For each optimization barrier of a `derivatives` pass over `steps` RK4 steps, the
+    number of operands of the concatenate it takes."""
+    eqns = list(all_equations(_rk4_jaxpr(steps, K, policy)))
     made = {v: e for e in eqns for v in e.outvars}
     barriers = [e for e in eqns if e.primitive.name == "optimization_barrier"]
     return [len(made[b.invars[0]].invars) for b in barriers if b.invars[0] in made]

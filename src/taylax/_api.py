@@ -162,20 +162,20 @@ def _eval_pass(jaxpr, consts, seeds, order: int, one_kernel: bool | None = None)
         return eval_jaxpr_series(jaxpr, consts, seeds, order, one_kernel), long
 
 
-def _pad_to() -> int:
-    """Operands of a long pass's padded output concatenate: one more than XLA:CPU fuses."""
-    return _policy.current().fused_concat_max_operands + 1
+def _long_pass_rows(o: Series, aval, order: int):
+    """Coefficients 0..order of a long pass's output, each row a kernel of its own: the
+    padded concatenate of `_materialized_rows`, one operand more than XLA:CPU fuses."""
+    return _materialized_rows(o, aval, order, _policy.current().fused_concat_max_operands + 1)
 
 
 def _output_pairs(outs, jaxpr, order: int, long: bool) -> list:
     """`_output` of each output series; a long pass's inexact outputs with their rows
-    computed apart and padded (`_materialized_rows`)."""
-    pad_to = _pad_to()
+    computed apart and padded (`_long_pass_rows`)."""
     pairs = []
     for o, v in zip(outs, jaxpr.outvars):
         rows = None
         if long and jnp.issubdtype(v.aval.dtype, jnp.inexact):
-            rows = _materialized_rows(o, v.aval, order, pad_to)
+            rows = _long_pass_rows(o, v.aval, order)
         pairs.append(_output(o, v.aval, order) if rows is None else (rows[0], rows[1:]))
     return pairs
 
@@ -192,7 +192,7 @@ def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exa
         apart = policy.output_rows_apart_min_order
         rows = None
         if inexact and long:
-            rows = _materialized_rows(o, v.aval, order, _pad_to())
+            rows = _long_pass_rows(o, v.aval, order)
         elif inexact and apart is not None and order >= apart:
             rows = _materialized_rows(o, v.aval, order)
         if rows is not None:
