@@ -12,8 +12,9 @@ An unrolled loop is one long chain of elementwise operations. Without fusion cut
 scalar (one initial value) and under `jax.jit(jax.vmap(...))` over `--points` values, for
 each number of steps and order. Each cell: the minimum over rounds of the time per call
 of back-to-back calls (one call where a call takes over 0.5 s; a contender over 10 ms,
-or whose first call took over 60 s, is not run at more steps: "-" in its cells); the
-first call (lower + compile + run) beside it. Usage::
+whose first call took over 60 s, or whose time at the next steps would pass 10 ms at its
+last growth, is not run at more steps: "-" in its cells); the first call (lower +
+compile + run) beside it. Usage::
 
     python benchmarks/bench_unrolled.py [--steps 5,10,20,40] [--orders 2,4,8]
         [--programs rk4,lorenz] [--modes scalar,vmap] [--policy cpu|gpu|cpu-uncut]
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from pathlib import Path
 
@@ -81,6 +83,19 @@ PROGRAMS = {"rk4": rk4_cubic, "lorenz": lorenz}
 # 2-core CPU; its scalar K = 8 first call from 29 s at 10 steps to 113 s at 20, and at
 # 40 its compile held 20 GB for over 20 minutes before it was stopped).
 SLOW_S, SKIP_MS, SKIP_FIRST_S = 0.5, 10.0, 60.0
+
+
+def predicted_ms(history: list, steps: int) -> float | None:
+    """A contender's time at `steps`, extrapolated from its last two cells `(steps, ms)`
+    at the growth between them (per factor of steps); None with fewer than two. jet's
+    `vmap` at K = 2 grew 5x and 6x per doubling up to 20 steps, and its first call at 40
+    ran for over an hour: the skip rules on measured cells alone did not stop it."""
+    if len(history) < 2:
+        return None
+    (s0, ms0), (s1, ms1) = history[-2:]
+    if s1 <= s0 or ms0 <= 0:
+        return None
+    return ms1 * (ms1 / ms0) ** (math.log(steps / s1) / math.log(s1 / s0))
 
 
 def jet_terms(f, K: int):
@@ -161,6 +176,7 @@ def main(argv=None) -> int:
         )
     budget = (args.calls, args.rounds)
     slow: dict[str, set] = {"taylax": set(), "jet": set()}  # (program, mode, K) past SKIP_MS
+    history: dict[tuple, list] = {}  # (who, program, mode, K) -> [(steps, ms), ...]
     if args.no_jet:
         slow["jet"] = {
             (p, m, int(k))
@@ -188,9 +204,15 @@ def main(argv=None) -> int:
                     if mode == "vmap":
                         ours, theirs = jax.vmap(ours), jax.vmap(theirs)
                     key = (name, mode, K)
+                    for who in ("taylax", "jet"):
+                        guess = predicted_ms(history.get((who, *key), []), steps)
+                        if guess is not None and guess > SKIP_MS:
+                            slow[who].add(key)
                     a = None if key in slow["taylax"] else timed(ours, y0, policy, *budget)
                     b = None if key in slow["jet"] else timed(theirs, y0, None, *budget)
                     for who, r in (("taylax", a), ("jet", b)):
+                        if r is not None:
+                            history.setdefault((who, *key), []).append((steps, r["ms"]))
                         if r is not None and (r["ms"] > SKIP_MS or r["first_s"] > SKIP_FIRST_S):
                             slow[who].add(key)
                     if a is not None and b is not None:

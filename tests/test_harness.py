@@ -150,3 +150,15 @@ def test_benchmark_scripts_import_and_find_their_siblings_names(script):
             )
     finally:
         jax.config.update("jax_enable_x64", x64)
+
+
+def test_unrolled_bench_skips_a_contender_predicted_past_its_limit():
+    # jet's `vmap` at K = 2 grew 6x from 10 to 20 RK4 steps (0.55 to 3.5 ms); its first
+    # call at 40 ran for over an hour. Predicted at its last growth, 40 steps is 23 ms.
+    import bench_unrolled
+
+    assert bench_unrolled.predicted_ms([(10, 0.55), (20, 3.5)], 40) > bench_unrolled.SKIP_MS
+    assert bench_unrolled.predicted_ms([(10, 0.55), (20, 0.7)], 40) < 1.0
+    assert bench_unrolled.predicted_ms([(5, 0.1)], 10) is None
+    # Steps that do not double: the growth scales with the factor of steps.
+    assert abs(bench_unrolled.predicted_ms([(10, 1.0), (20, 4.0)], 30) - 4.0 * 1.5**2) < 1e-12
