@@ -13,8 +13,9 @@ scalar (one initial value) and under `jax.jit(jax.vmap(...))` over `--points` va
 each number of steps and order. Each cell: the minimum over rounds of the time per call
 of back-to-back calls (one call where a call takes over 0.5 s; a contender over 10 ms,
 whose first call took over 60 s, or whose time at the next steps would pass 10 ms at its
-last growth, is not run at more steps: "-" in its cells); the first call (lower +
-compile + run) beside it. Usage::
+last growth, is not run at more steps: "-" in its cells; nor is jet once its time grew
+more than 4x over the last doubling of the steps); the first call (lower + compile +
+run) beside it. Usage::
 
     python benchmarks/bench_unrolled.py [--steps 5,10,20,40] [--orders 2,4,8]
         [--programs rk4,lorenz] [--modes scalar,vmap] [--policy cpu|gpu|cpu-uncut]
@@ -83,6 +84,22 @@ PROGRAMS = {"rk4": rk4_cubic, "lorenz": lorenz}
 # 2-core CPU; its scalar K = 8 first call from 29 s at 10 steps to 113 s at 20, and at
 # 40 its compile held 20 GB for over 20 minutes before it was stopped).
 SLOW_S, SKIP_MS, SKIP_FIRST_S = 0.5, 10.0, 60.0
+# jet's growth per doubling of the steps past which it is not run at more steps. Its `vmap`
+# at K = 2 grew 4.5x from 10 to 20 RK4 steps (0.29 to 1.28 ms) in one run and its first
+# call at 40 ran for over an hour: faster than any extrapolation of two cells. taylax is
+# exempt: its budget bounds its program (`EmissionPolicy.within_budget`).
+JET_GROWTH_SKIP = 4.0
+
+
+def growth_per_doubling(history: list) -> float:
+    """How much a contender's time grew over its last two cells `(steps, ms)`, per
+    doubling of the steps; 1 with fewer than two."""
+    if len(history) < 2:
+        return 1.0
+    (s0, ms0), (s1, ms1) = history[-2:]
+    if s1 <= s0 or ms0 <= 0:
+        return 1.0
+    return (ms1 / ms0) ** (math.log(2) / math.log(s1 / s0))
 
 
 def predicted_ms(history: list, steps: int) -> float | None:
@@ -205,8 +222,11 @@ def main(argv=None) -> int:
                         ours, theirs = jax.vmap(ours), jax.vmap(theirs)
                     key = (name, mode, K)
                     for who in ("taylax", "jet"):
-                        guess = predicted_ms(history.get((who, *key), []), steps)
+                        cells = history.get((who, *key), [])
+                        guess = predicted_ms(cells, steps)
                         if guess is not None and guess > SKIP_MS:
+                            slow[who].add(key)
+                        if who == "jet" and growth_per_doubling(cells) > JET_GROWTH_SKIP:
                             slow[who].add(key)
                     a = None if key in slow["taylax"] else timed(ours, y0, policy, *budget)
                     b = None if key in slow["jet"] else timed(theirs, y0, None, *budget)
