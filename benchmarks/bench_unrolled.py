@@ -14,7 +14,8 @@ each number of steps and order. Each cell: the minimum over rounds of the time p
 of back-to-back calls (one call where a call takes over 0.5 s; a contender over 10 ms,
 whose first call took over 60 s, or whose time at the next steps would pass 10 ms at its
 last growth, is not run at more steps: "-" in its cells; nor is jet once its time grew
-more than 3x over the last doubling of the steps); the first call (lower + compile +
+more than 3x over the last doubling of the steps, or once it was slow at a lower order
+and no more work, `dominated`); the first call (lower + compile +
 run) beside it. Usage::
 
     python benchmarks/bench_unrolled.py [--steps 5,10,20,40] [--orders 2,4,8]
@@ -89,6 +90,14 @@ SLOW_S, SKIP_MS, SKIP_FIRST_S = 0.5, 10.0, 60.0
 # call at 40 ran for over an hour: faster than any extrapolation of two cells. taylax is
 # exempt: its budget bounds its program (`EmissionPolicy.within_budget`).
 JET_GROWTH_SKIP = 3.0
+
+
+def dominated(slow_cells: list, K: int, steps: int) -> bool:
+    """Whether jet was slow (`slow_cells`, `(K, steps)` pairs) at an order no higher than
+    `K` and a work `K * steps` no larger: its time grows with both. Its `vmap` over 10 RK4
+    steps at K = 4 took 2.1 s per call, and its first call over 5 steps at K = 8 ran for
+    over 10 minutes before it was stopped."""
+    return any(k <= K and k * s <= K * steps for k, s in slow_cells)
 
 
 def growth_per_doubling(history: list) -> float:
@@ -194,6 +203,7 @@ def main(argv=None) -> int:
     budget = (args.calls, args.rounds)
     slow: dict[str, set] = {"taylax": set(), "jet": set()}  # (program, mode, K) past SKIP_MS
     history: dict[tuple, list] = {}  # (who, program, mode, K) -> [(steps, ms), ...]
+    jet_slow: dict[tuple, list] = {}  # (program, mode) -> [(K, steps), ...] where jet was slow
     if args.no_jet:
         slow["jet"] = {
             (p, m, int(k))
@@ -228,6 +238,8 @@ def main(argv=None) -> int:
                             slow[who].add(key)
                         if who == "jet" and growth_per_doubling(cells) > JET_GROWTH_SKIP:
                             slow[who].add(key)
+                        if who == "jet" and dominated(jet_slow.get((name, mode), []), K, steps):
+                            slow[who].add(key)
                     a = None if key in slow["taylax"] else timed(ours, y0, policy, *budget)
                     b = None if key in slow["jet"] else timed(theirs, y0, None, *budget)
                     for who, r in (("taylax", a), ("jet", b)):
@@ -235,6 +247,8 @@ def main(argv=None) -> int:
                             history.setdefault((who, *key), []).append((steps, r["ms"]))
                         if r is not None and (r["ms"] > SKIP_MS or r["first_s"] > SKIP_FIRST_S):
                             slow[who].add(key)
+                            if who == "jet":
+                                jet_slow.setdefault((name, mode), []).append((K, steps))
                     if a is not None and b is not None:
                         expected = b["out"]
                         if not args.jet_stacked:

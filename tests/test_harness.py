@@ -169,3 +169,8 @@ def test_unrolled_bench_skips_a_contender_predicted_past_its_limit():
     )
     assert abs(bench_unrolled.growth_per_doubling([(5, 1.0), (20, 4.0)]) - 2.0) < 1e-12
     assert bench_unrolled.growth_per_doubling([(5, 1.0)]) == 1.0
+    # Slow at K = 4 over 10 steps: not run at K = 8 over 5 (as much work), nor over 20.
+    assert bench_unrolled.dominated([(4, 10)], 8, 5)
+    assert bench_unrolled.dominated([(4, 10)], 4, 20)
+    assert not bench_unrolled.dominated([(4, 10)], 8, 4)
+    assert not bench_unrolled.dominated([(4, 10)], 2, 40)
