@@ -96,7 +96,7 @@ def dominated(slow_cells: list, K: int, steps: int) -> bool:
     """Whether jet was slow (`slow_cells`, `(K, steps)` pairs) at an order no higher than
     `K` and a work `K * steps` no larger: its time grows with both. Its `vmap` over 10 RK4
     steps at K = 4 took 2.1 s per call, and its first call over 5 steps at K = 8 ran for
-    over 10 minutes before it was stopped."""
+    over 6 minutes before it was stopped."""
     return any(k <= K and k * s <= K * steps for k, s in slow_cells)
 
 
