@@ -15,8 +15,8 @@ of back-to-back calls (one call where a call takes over 0.5 s; a contender over 
 whose first call took over 60 s, or whose time at the next steps would pass 10 ms at its
 last growth, is not run at more steps: "-" in its cells; nor is jet once its time grew
 more than 3x over the last doubling of the steps, or once it was slow at a lower order
-and no more work, `dominated`); the first call (lower + compile +
-run) beside it. Usage::
+and no more work, `dominated`); the first call (lower + compile + run) beside it.
+Usage::
 
     python benchmarks/bench_unrolled.py [--steps 5,10,20,40] [--orders 2,4,8]
         [--programs rk4,lorenz] [--modes scalar,vmap] [--policy cpu|gpu|cpu-uncut]
@@ -118,10 +118,8 @@ def predicted_ms(history: list, steps: int) -> float | None:
     ran for over an hour: the skip rules on measured cells alone did not stop it."""
     if len(history) < 2:
         return None
-    (s0, ms0), (s1, ms1) = history[-2:]
-    if s1 <= s0 or ms0 <= 0:
-        return None
-    return ms1 * (ms1 / ms0) ** (math.log(steps / s1) / math.log(s1 / s0))
+    last_steps, last_ms = history[-1]
+    return last_ms * growth_per_doubling(history) ** math.log2(steps / last_steps)
 
 
 def jet_terms(f, K: int):
@@ -234,11 +232,11 @@ def main(argv=None) -> int:
                     for who in ("taylax", "jet"):
                         cells = history.get((who, *key), [])
                         guess = predicted_ms(cells, steps)
-                        if guess is not None and guess > SKIP_MS:
-                            slow[who].add(key)
-                        if who == "jet" and growth_per_doubling(cells) > JET_GROWTH_SKIP:
-                            slow[who].add(key)
-                        if who == "jet" and dominated(jet_slow.get((name, mode), []), K, steps):
+                        skip = guess is not None and guess > SKIP_MS
+                        if who == "jet":
+                            skip |= growth_per_doubling(cells) > JET_GROWTH_SKIP
+                            skip |= dominated(jet_slow.get((name, mode), []), K, steps)
+                        if skip:
                             slow[who].add(key)
                     a = None if key in slow["taylax"] else timed(ours, y0, policy, *budget)
                     b = None if key in slow["jet"] else timed(theirs, y0, None, *budget)

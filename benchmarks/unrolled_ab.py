@@ -71,6 +71,13 @@ def along_ones(api: str, f, K: int, whole: bool = False):
     return jet
 
 
+def variant_policy(variant: str) -> taylax.EmissionPolicy:
+    """The CPU policy with one `--variants` entry's `FIELD=VALUE,...` changes, named by it
+    (`cpu` for the empty entry)."""
+    changes = parse_set([item for item in variant.split(",") if item])
+    return dataclasses.replace(taylax.CPU, name=variant or "cpu", **changes)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("program", choices=sorted(PROGRAMS))
@@ -95,8 +102,7 @@ def main(argv=None) -> int:
 
     contenders = {}
     for variant in args.variants.split(";"):
-        changes = parse_set([a for a in variant.split(",") if a])
-        policy = dataclasses.replace(taylax.CPU, name=variant or "cpu", **changes)
+        policy = variant_policy(variant)
         run = along_ones(args.api, f, args.order, args.whole)
         contenders[variant or "cpu"] = (run if args.whole else jax.vmap(run), policy)
     if args.jet:

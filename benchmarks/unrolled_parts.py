@@ -28,7 +28,6 @@ HERE = Path(__file__).resolve().parent
 
 def child(program: str, K: int, steps: int, variant: str, points: int, calls: int) -> None:
     """Compile and call one variant in this process; print one JSON line."""
-    import dataclasses
     import re
 
     import jax
@@ -37,10 +36,9 @@ def child(program: str, K: int, steps: int, variant: str, points: int, calls: in
     jax.config.update("jax_enable_x64", True)
     import taylax
     from bench_unrolled import PROGRAMS
-    from policy_ab import parse_set
+    from unrolled_ab import variant_policy
 
-    changes = parse_set([item for item in variant.split(",") if item])
-    policy = dataclasses.replace(taylax.CPU, name=variant or "cpu", **changes)
+    policy = variant_policy(variant)
 
     def f(y):
         return PROGRAMS[program](y, steps)
