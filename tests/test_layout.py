@@ -332,6 +332,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "taylax._series",
         "taylax._cuts",
+        "taylax._rolled",
         "taylax._programs",
         "taylax._point_chunks",
         "taylax._fallback",

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _compat, _cuts, _elementwise, _pass, _policy
+from . import _compat, _cuts, _elementwise, _pass, _policy, _rolled
 from ._series import Series
 
 
@@ -318,8 +318,33 @@ def eval_jaxpr_series(
     """
     if one_kernel is None:
         one_kernel = _pass.one_kernel_pass()
-    with _policy.pass_scope(_policy.for_pass(jaxpr, order)), _pass.taylor_pass(order, one_kernel):
+    policy = _policy.for_pass(jaxpr, order)
+    if _pass.pass_order() is None:
+        jaxpr, consts, args, policy = _rolled_past_budget(jaxpr, consts, args, order, policy)
+    with _policy.pass_scope(policy), _pass.taylor_pass(order, one_kernel):
         return _eval_jaxpr_series(jaxpr, consts, args, order)
+
+
+# Loops rolled per pass at most: each rolls the longest run left.
+_MAX_ROLLED_LOOPS = 8
+
+
+def _rolled_past_budget(jaxpr, consts, args, order, policy):
+    """An outermost pass past its budget: its unrolled loops rolled into scans
+    (`taylax._rolled`, `EmissionPolicy.roll_min_saved`) while one is found and the
+    program is still past the budget; then the policy for what is left."""
+    wanted = _policy.current()
+    for _ in range(_MAX_ROLLED_LOOPS):
+        if policy == wanted or wanted.roll_min_saved is None:
+            break
+        found = _rolled.rolled(jaxpr, len(consts), wanted.roll_min_saved)
+        if found is None:
+            break
+        # The rolled program takes the constants as arguments, after its own.
+        args = [Series.constant(c) for c in consts] + list(args)
+        jaxpr, consts = _compat.closed_parts(found)
+        policy = _policy.for_pass(jaxpr, order)
+    return jaxpr, consts, args, policy
 
 
 def _eval_jaxpr_series(

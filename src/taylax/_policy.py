@@ -158,7 +158,11 @@ class EmissionPolicy:
 
     **Program size:** `budget` bounds the number of the user's equations times the order
     (counted up to `unroll_max_order`); a larger pass takes `compact()` (stacks, dots,
-    loops): see `within_budget`. None disables it.
+    loops): see `within_budget`. None disables it. `roll_min_saved`: before that, a pass
+    past the budget rolls the longest run of repeated equations (an unrolled Python loop)
+    back into a `lax.scan` when that removes at least this many equations
+    (`taylax._rolled`), so that its body is compiled once and no kernel spans more than
+    one trip. None: never.
 
     Examples:
 
@@ -219,6 +223,7 @@ class EmissionPolicy:
     shift_by_product_max_size: int = 1024
     collapsed_jvp_max_order: int = 2
     budget: int | None = 1_500
+    roll_min_saved: int | None = 64
     ode_rows_max_state: int = 0
 
     def __post_init__(self):
@@ -320,6 +325,7 @@ GPU = EmissionPolicy(
     blocked_directions=False,
     fallback_check_apart=True,
     fusion_cut_min_work=None,
+    roll_min_saved=None,
 )
 """The policy for XLA:GPU (`gpu`, `cuda`, `rocm`): straight-line code that XLA fuses into few
 kernels; no loop over coefficients, elements or points, no buffer marks; products as sums of
@@ -330,6 +336,9 @@ are the CPU's `fusion_cut`, unmeasured on a GPU: a guard against kernels that gr
 whole unrolled loop, at the price of a few more kernels in long programs. Short passes are
 cut too (`fusion_cut_min_work=None`): the CPU leaves them whole because of how XLA:CPU
 emits a cut, which says nothing of XLA:GPU.
+Past the budget it does not roll unrolled loops into scans (`roll_min_saved=None`): that
+was measured on the CPU only, and a GPU runs a scan's trips one after another, each with
+its own kernel launches.
 
 !!! Example
 
