@@ -26,8 +26,11 @@ def rk4_cubic(y, steps, h=0.05):
 
 
 # The CPU policy as it cuts a long `derivatives` pass (it computes the output rows apart
-# instead); `taylor`, `jet` and the operators still cut on the CPU.
-CUTTING_CPU = dataclasses.replace(taylax.CPU, name="cutting", output_rows_apart_min_equations=None)
+# instead); `taylor`, `jet` and the operators still cut on the CPU. Its loops stay
+# unrolled (`roll_past`), as the cuts are what these tests check.
+CUTTING_CPU = dataclasses.replace(
+    taylax.CPU, name="cutting", output_rows_apart_min_equations=None, roll_past=None
+)
 
 
 def _rk4_jaxpr(steps, K, policy):

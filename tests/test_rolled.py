@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import taylax
-from reference import all_equations, nested_jvp_derivatives
+from reference import all_equations, nested_jvp_derivatives, xla_cpu_only
 from taylax import _compat, _rolled
 
 H = 0.05
 # The CPU's policy with a budget these loops pass at every order tested; and without rolling.
-ROLL = dataclasses.replace(taylax.CPU, name="cpu-roll", budget=50, roll_min_saved=8)
-NO_ROLL = dataclasses.replace(ROLL, name="cpu-no-roll", roll_min_saved=None)
+ROLL = dataclasses.replace(taylax.CPU, name="cpu-roll", budget=50, roll_past=50, roll_min_saved=8)
+NO_ROLL = dataclasses.replace(ROLL, name="cpu-no-roll", roll_past=None)
 
 
 def rk4(y, steps=40):
@@ -166,6 +166,20 @@ def test_a_rolled_pass_does_not_grow_with_the_trips():
     assert sizes[40] == sizes[80] == sizes[160], sizes
 
 
+@xla_cpu_only
+def test_the_compiled_program_does_not_grow_with_the_trips():
+    # Issue 43's structural check on the compiled HLO: the instructions XLA:CPU fuses do
+    # not grow with the steps (they grew exponentially in run time, unrolled).
+    def instructions(steps):
+        f = lambda y: rk4(y, steps)  # noqa: E731
+        with taylax.emission_policy(taylax.CPU):
+            fn = jax.jit(jax.vmap(taylax.derivatives(f, 4)))
+            text = fn.lower(jnp.linspace(0.5, 1.0, 8)).compile().as_text()
+        return sum(1 for line in text.splitlines() if " = " in line)
+
+    assert instructions(80) == instructions(40)
+
+
 def test_a_rolled_pass_is_differentiable_and_vmappable():
     def loss(w, y):
         return taylax.derivatives(lambda s: oscillator(w * s, steps=10), 3)(y)[2]
@@ -186,7 +200,7 @@ def test_a_rolled_pass_is_differentiable_and_vmappable():
 
 def test_the_gpu_policy_does_not_roll():
     # Measured on the CPU only (docs/EMISSION.md, "Rolled loops").
-    assert taylax.GPU.roll_min_saved is None
+    assert taylax.GPU.roll_past is None
     with taylax.emission_policy("gpu"):
         jaxpr = jax.make_jaxpr(taylax.derivatives(rk4, 4))(jnp.float64(0.8))
     assert _scans(jaxpr) == 0

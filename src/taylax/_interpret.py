@@ -318,10 +318,9 @@ def eval_jaxpr_series(
     """
     if one_kernel is None:
         one_kernel = _pass.one_kernel_pass()
-    policy = _policy.for_pass(jaxpr, order)
     if _pass.pass_order() is None:
-        jaxpr, consts, args, policy = _rolled_past_budget(jaxpr, consts, args, order, policy)
-    with _policy.pass_scope(policy), _pass.taylor_pass(order, one_kernel):
+        jaxpr, consts, args = _rolled_loops(jaxpr, consts, args, order)
+    with _policy.pass_scope(_policy.for_pass(jaxpr, order)), _pass.taylor_pass(order, one_kernel):
         return _eval_jaxpr_series(jaxpr, consts, args, order)
 
 
@@ -329,22 +328,20 @@ def eval_jaxpr_series(
 _MAX_ROLLED_LOOPS = 8
 
 
-def _rolled_past_budget(jaxpr, consts, args, order, policy):
-    """An outermost pass past its budget: its unrolled loops rolled into scans
-    (`taylax._rolled`, `EmissionPolicy.roll_min_saved`) while one is found and the
-    program is still past the budget; then the policy for what is left."""
-    wanted = _policy.current()
+def _rolled_loops(jaxpr, consts, args, order):
+    """An outermost pass's program with its unrolled loops rolled into scans
+    (`taylax._rolled`) while the policy asks for it (`EmissionPolicy.rolls`) and one is
+    found."""
     for _ in range(_MAX_ROLLED_LOOPS):
-        if policy == wanted or wanted.roll_min_saved is None:
+        if not _policy.rolls_loops(jaxpr, order):
             break
-        found = _rolled.rolled(jaxpr, len(consts), wanted.roll_min_saved)
+        found = _rolled.rolled(jaxpr, len(consts), _policy.current().roll_min_saved)
         if found is None:
             break
         # The rolled program takes the constants as arguments, after its own.
         args = [Series.constant(c) for c in consts] + list(args)
         jaxpr, consts = _compat.closed_parts(found)
-        policy = _policy.for_pass(jaxpr, order)
-    return jaxpr, consts, args, policy
+    return jaxpr, consts, args
 
 
 def _eval_jaxpr_series(

@@ -158,11 +158,12 @@ class EmissionPolicy:
 
     **Program size:** `budget` bounds the number of the user's equations times the order
     (counted up to `unroll_max_order`); a larger pass takes `compact()` (stacks, dots,
-    loops): see `within_budget`. None disables it. `roll_min_saved`: before that, a pass
-    past the budget rolls the longest run of repeated equations (an unrolled Python loop)
-    back into a `lax.scan` when that removes at least this many equations
-    (`taylax._rolled`), so that its body is compiled once and no kernel spans more than
-    one trip. None: never.
+    loops): see `within_budget`. None disables it. Before that, an outermost pass whose
+    size (counted the same way) passes `roll_past` rolls the longest runs of repeated
+    equations (unrolled Python loops) back into `lax.scan`s, each that removes at least
+    `roll_min_saved` equations (`taylax._rolled`), so that a loop's body is compiled
+    once and no kernel spans more than one trip; the budget then applies to what is
+    left (`rolls`). None in either: never.
 
     Examples:
 
@@ -223,6 +224,7 @@ class EmissionPolicy:
     shift_by_product_max_size: int = 1024
     collapsed_jvp_max_order: int = 2
     budget: int | None = 1_500
+    roll_past: int | None = 700
     roll_min_saved: int | None = 64
     ode_rows_max_state: int = 0
 
@@ -273,6 +275,13 @@ class EmissionPolicy:
             scalar_products_as_dots=True,
             budget=None,
         )
+
+    def rolls(self, equations: int, order: int) -> bool:
+        """Whether a pass of `order` over `equations` equations first rolls its unrolled
+        loops into scans: `equations * min(order, unroll_max_order) > roll_past`."""
+        if self.roll_past is None or self.roll_min_saved is None:
+            return False
+        return equations * min(max(order, 1), max(self.unroll_max_order, 1)) > self.roll_past
 
     def within_budget(self, equations: int, order: int) -> EmissionPolicy:
         """The policy for a pass of `order` over a program of `equations` equations:
@@ -325,7 +334,7 @@ GPU = EmissionPolicy(
     blocked_directions=False,
     fallback_check_apart=True,
     fusion_cut_min_work=None,
-    roll_min_saved=None,
+    roll_past=None,
 )
 """The policy for XLA:GPU (`gpu`, `cuda`, `rocm`): straight-line code that XLA fuses into few
 kernels; no loop over coefficients, elements or points, no buffer marks; products as sums of
@@ -336,7 +345,7 @@ are the CPU's `fusion_cut`, unmeasured on a GPU: a guard against kernels that gr
 whole unrolled loop, at the price of a few more kernels in long programs. Short passes are
 cut too (`fusion_cut_min_work=None`): the CPU leaves them whole because of how XLA:CPU
 emits a cut, which says nothing of XLA:GPU.
-Past the budget it does not roll unrolled loops into scans (`roll_min_saved=None`): that
+It does not roll unrolled loops into scans (`roll_past=None`): that
 was measured on the CPU only, and a GPU runs a scan's trips one after another, each with
 its own kernel launches.
 
@@ -501,6 +510,12 @@ def for_pass(jaxpr, order: int) -> EmissionPolicy:
         return current()
     size = sum(1 for _ in iter_equations(jaxpr))
     return current().within_budget(size, order)
+
+
+def rolls_loops(jaxpr, order: int) -> bool:
+    """Whether an outermost pass of `order` over `jaxpr` rolls its unrolled loops into
+    scans first (`EmissionPolicy.rolls`, the equations of every sub-program counted once)."""
+    return current().rolls(sum(1 for _ in iter_equations(jaxpr)), order)
 
 
 @contextlib.contextmanager

@@ -116,9 +116,9 @@ def _candidates(codes: np.ndarray, min_saved: int) -> list[tuple[int, int, int]]
         starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
         repeats = (ends - starts + period) // period
         saved = (repeats - 1) * period
-        for start, r, s in zip(starts, repeats, saved, strict=True):
-            if r >= 2 and s >= min_saved:
-                found.append((int(s), -period, int(start), int(r)))
+        keep = (repeats >= 2) & (saved >= min_saved)
+        for start, r, s in zip(starts[keep], repeats[keep], saved[keep], strict=True):
+            found.append((int(s), -period, int(start), int(r)))
     found.sort(reverse=True)
     return [(start, -neg_period, r) for _, neg_period, start, r in found[:_MAX_CANDIDATES]]
 
