@@ -5,7 +5,8 @@ variant of the CPU policy (`--variants`, `;`-separated lists of `FIELD=VALUE`, a
 one for the CPU policy itself) runs in a fresh process, under `jax.jit(jax.vmap(...))`
 over `--points` values (`--scalar`: one value). The child prints the seconds spent
 tracing, lowering and compiling, the fused kernels of the compiled program, whether the
-pass took the compact form (`EmissionPolicy.within_budget`), and the time of each of
+pass rolled the loop into a scan (`EmissionPolicy.rolls`) or else took the compact form
+(`EmissionPolicy.within_budget`), and the time of each of
 `--calls` calls after the first. A child past `--timeout` seconds is stopped and its row
 says so: a program whose run time grows exponentially with its length never finishes
 `unrolled_ab.py`'s rounds. Usage::
@@ -45,7 +46,10 @@ def child(program: str, K: int, steps: int, variant: str, points: int, calls: in
 
     y = jnp.float64(0.8) if points == 0 else jnp.linspace(0.5, 1.0, points)
     equations = sum(taylax.equation_counts(jax.make_jaxpr(f)(jnp.float64(0.8))).values())
-    compact = policy.within_budget(equations, K) is not policy
+    if policy.rolls(equations, K):
+        form = "rolled"
+    else:
+        form = "compact" if policy.within_budget(equations, K) is not policy else "full"
     with taylax.emission_policy(policy):
         g = taylax.derivatives(f, K)
         fn = jax.jit(g if points == 0 else jax.vmap(g))
@@ -71,7 +75,7 @@ def child(program: str, K: int, steps: int, variant: str, points: int, calls: in
                 "compile_s": compiled_at - lowered_at,
                 "first_s": first_at - start,
                 "kernels": len(re.findall(r" fusion\(", compiled.as_text())),
-                "compact": compact,
+                "form": form,
                 "ms": times,
             }
         )
@@ -96,7 +100,7 @@ def main(argv=None) -> int:
         return 0
     mode = "scalar" if args.scalar else f"vmap over {points}"
     print(f"{args.program}, K = {args.order}, {args.steps} steps, {mode}")
-    columns = ("variant", "compact", "trace s", "lower s", "compile s", "first call s")
+    columns = ("variant", "form", "trace s", "lower s", "compile s", "first call s")
     print("| " + " | ".join(columns + ("kernels", "ms per call")) + " |")
     print("|---|---|---|---|---|---|---|---|")
     for variant in args.variants.split(";"):
@@ -116,7 +120,7 @@ def main(argv=None) -> int:
             continue
         r = json.loads(done.stdout.strip().splitlines()[-1])
         ms = " / ".join(f"{t:.3f}" for t in r["ms"])
-        cells = [label, "yes" if r["compact"] else "no"]
+        cells = [label, r["form"]]
         cells += [f"{r[k]:.2f}" for k in ("trace_s", "lower_s", "compile_s", "first_s")]
         cells += [str(r["kernels"]), ms]
         print("| " + " | ".join(cells) + " |", flush=True)

@@ -1,4 +1,4 @@
-"""Unrolled loops rolled back into `lax.scan` past the budget (`taylax._rolled`)."""
+"""Unrolled loops rolled back into `lax.scan` before a long pass (`taylax._rolled`)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,15 @@
 """Unrolled loops rolled back into `lax.scan` before a long pass.
 
 A Python `for` loop over a step function (an RK4 integrator, a fixed number of
-iterations) traces to one program holding the step's equations once per trip. Past the
-emission budget (`EmissionPolicy.within_budget`) taylax's pass over such a program had
-two forms, and neither grew linearly with the trips: the full form runs in time
-exponential in the length of the loop (XLA:CPU recomputes the shared expressions of its
-long kernels), and the compact form runs 5-10x slower per step and compiles slowly
-(docs/EMISSION.md, "Past the budget"). Rolled back into a `lax.scan`, the loop's body is
-traced, compiled and fused once, and the scan's Taylor rule (`taylax._rules._control`)
-carries its series from trip to trip: a kernel never spans more than one trip.
+iterations) traces to one program holding the step's equations once per trip. Unrolled,
+taylax's pass over it grew worse than linearly with the trips in both of its forms: the
+full form runs in time exponential in the length of the loop (XLA:CPU recomputes the
+shared expressions of its long kernels), and the compact form past the budget runs 5-10x
+slower per step and compiles slowly (docs/EMISSION.md, "Past the budget"). Rolled back
+into a `lax.scan` (when the pass is larger than `EmissionPolicy.roll_past`), the loop's
+body is traced, compiled and fused once, and the scan's Taylor rule
+(`taylax._rules._control`) carries its series from trip to trip: a kernel never spans
+more than one trip (docs/EMISSION.md, "Rolled loops").
 
 `rolled(jaxpr, num_consts, min_saved)` finds the longest run of equations that repeats
 with one period (the same primitives, parameters and types, trip after trip) and whose
