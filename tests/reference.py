@@ -315,6 +315,19 @@ def case_params(cases, accepts_complex: Callable[[Any], bool]) -> list:
     return params
 
 
+def rk4_unrolled(y, steps=20, h=0.05):
+    """A large scalar program: RK4 steps of y' = -y^3 + sin(t), unrolled (660 equations at
+    20 steps). `t` is a Python float, so each step's `sin` reads literals of its own."""
+    t = 0.0
+    for _ in range(steps):
+        k1 = -(y**3) + jnp.sin(t)
+        k2 = -((y + h / 2 * k1) ** 3) + jnp.sin(t + h / 2)
+        k3 = -((y + h / 2 * k2) ** 3) + jnp.sin(t + h / 2)
+        k4 = -((y + h * k3) ** 3) + jnp.sin(t + h)
+        y, t = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4), t + h
+    return y
+
+
 def all_equations(jaxpr):
     """Every equation of `jaxpr` (a Jaxpr or ClosedJaxpr), sub-jaxprs included, in order."""
     from taylax import _compat
