@@ -47,11 +47,12 @@ from . import _compat
 
 __all__ = ["rolled"]
 
-# The repeats tried per period and the candidate runs checked per call: a run of a
-# program's equations is checked in time linear in its length.
+# The candidate runs checked per search, the most equations saved first: each check is
+# linear in the run's length, and a program's real loop is among the first.
 _MAX_CANDIDATES = 32
 # The periods tried are bounded so that the search's work, periods times equations,
-# stays within this many comparisons (about a second of NumPy for the largest).
+# stays within this many comparisons: a large program with no loop pays for the search
+# on every trace past `roll_past`.
 _MAX_SEARCH_WORK = 50_000_000
 
 
