@@ -106,6 +106,15 @@ def test_a_rolled_loop_computes_what_the_unrolled_one_does(f):
     np.testing.assert_allclose(got, [f(y)], rtol=1e-14, atol=1e-14)
 
 
+def test_a_rolled_float32_loop_stays_float32():
+    # Weakly typed literals (the step size, one `sin(t)` per trip) keep the state's dtype.
+    y = jnp.float32(0.7)
+    jaxpr, consts, closed = _rolled_once(rk4, y)
+    (got,) = _compat.jaxpr_as_fun(closed)(*consts, y)
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(got, rk4(y), rtol=1e-6)
+
+
 def test_a_program_without_repeats_is_left_alone():
     f = lambda y: jnp.sin(y) * jnp.exp(y) + jnp.tanh(jnp.log1p(y * y))  # noqa: E731
     assert _rolled_once(f, 0.5)[2] is None
