@@ -281,15 +281,19 @@ class EmissionPolicy:
         loops into scans: `equations * min(order, unroll_max_order) > roll_past`."""
         if self.roll_past is None or self.roll_min_saved is None:
             return False
-        return equations * min(max(order, 1), max(self.unroll_max_order, 1)) > self.roll_past
+        return self._work(equations, order) > self.roll_past
+
+    def _work(self, equations: int, order: int) -> int:
+        """A pass's size for `rolls` and `within_budget`: equations times the order,
+        counted up to `unroll_max_order` (past it recurrences loop)."""
+        return equations * min(max(order, 1), max(self.unroll_max_order, 1))
 
     def within_budget(self, equations: int, order: int) -> EmissionPolicy:
         """The policy for a pass of `order` over a program of `equations` equations:
         this one while `equations * min(order, unroll_max_order) <= budget`, else
         `compact()`. Past `unroll_max_order` recurrences loop, so the program grows by
         little more per order."""
-        weight = min(max(order, 1), max(self.unroll_max_order, 1))
-        if self.budget is None or equations * weight <= self.budget:
+        if self.budget is None or self._work(equations, order) <= self.budget:
             return self
         return self.compact()
 

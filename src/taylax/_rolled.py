@@ -168,9 +168,7 @@ def _loop_at(jaxpr, start: int, period: int, repeats: int) -> _Loop | None:
             if any(x is None or x != later[0] for x in later):
                 return None
             first, rest = kinds[0], later[0]
-            if rest[0] == "local" and first == rest:
-                row.append(rest)
-            elif rest[0] == "outer" and first == rest:
+            if rest[0] in ("local", "outer") and first == rest:
                 row.append(rest)
             elif rest[0] == "carry" and first[0] in ("outer", "literal"):
                 slot = rest[1:]
