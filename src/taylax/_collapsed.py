@@ -513,8 +513,7 @@ def eval_with_chains(jaxpr, consts, args, *, wrap, link, expand, apply) -> list:
         values = [peek(v) for v in eqn.invars]
         carries = [carries_derivative(v.aval) for v in eqn.outvars]
         if not any(carries) or not any(_varying(x) for x in values):
-            out = _compat.bind_equation(eqn, [x.primal for x in values])
-            outs = out if eqn.primitive.multiple_results else [out]
+            outs = _compat.bind_outputs(eqn, [x.primal for x in values])
             for v, o in zip(eqn.outvars, outs, strict=True):
                 write(v, wrap(o))
             continue
@@ -528,8 +527,7 @@ def eval_with_chains(jaxpr, consts, args, *, wrap, link, expand, apply) -> list:
             callbacks = dict(wrap=wrap, link=link, expand=expand, apply=apply)
             outs = eval_with_chains(sub[0], sub[1], xs, **callbacks)
         else:
-            out = _compat.bind_equation(eqn, [x.primal for x in xs])
-            outs = apply(eqn, xs, list(out) if eqn.primitive.multiple_results else [out])
+            outs = apply(eqn, xs, _compat.bind_outputs(eqn, [x.primal for x in xs]))
         for v, o, carry in zip(eqn.outvars, outs, carries, strict=True):
             write(v, o if carry else wrap(o.primal))
     return [read(v) for v in jaxpr.outvars]

@@ -127,6 +127,12 @@ def bind_equation(eqn: JaxprEqn, args):
         return eqn.primitive.bind(*args, **bind_params)
 
 
+def bind_outputs(eqn: JaxprEqn, args) -> list:
+    """`bind_equation`'s outputs as a list, whether or not the primitive has several."""
+    out = bind_equation(eqn, args)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
 def custom_jvp_rule_key(jvp_jaxpr_fun):
     """A hashable key for the user's jvp rule behind a `custom_jvp_call`, or None if unknown.
 

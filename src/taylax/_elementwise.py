@@ -50,8 +50,7 @@ def is_elementwise(eqn) -> bool:
 
 def bind_one(eqn, args):
     """`eqn`'s primitive bound on `args` with its parameters: its one output."""
-    out = _compat.bind_equation(eqn, args)
-    return out[0] if eqn.primitive.multiple_results else out
+    return _compat.bind_outputs(eqn, args)[0]
 
 
 def of_varying(eqn, primals: Sequence, varying: Sequence[int]):

@@ -34,8 +34,7 @@ def _eval_expanded(jaxpr: _compat.Jaxpr, consts, args) -> list:
         elif eqn.primitive is _compat.jit_p:
             outs = _expanded_jit(eqn.params["jaxpr"])(*ins)
         else:
-            outs = _compat.bind_equation(eqn, ins)
-            outs = outs if eqn.primitive.multiple_results else [outs]
+            outs = _compat.bind_outputs(eqn, ins)
         for v, x in zip(eqn.outvars, outs, strict=True):
             if not isinstance(v, _compat.DropVar):
                 env[v] = x

@@ -270,8 +270,7 @@ def _selected(jaxpr, consts: list, args: list) -> list:
         elif eqn.primitive is _compat.scan_p:
             outs = _scan_selected(eqn.params, ins)
         else:
-            outs = _compat.bind_equation(eqn, ins)
-            outs = outs if eqn.primitive.multiple_results else [outs]
+            outs = _compat.bind_outputs(eqn, ins)
         env.update(zip(eqn.outvars, outs))
     return [read(v) for v in jaxpr.outvars]
 

@@ -387,8 +387,7 @@ def _eval_jaxpr_series(
         if all(s.is_constant for s in series_in) or not any(
             carries_derivative(v.aval) for v in eqn.outvars
         ):
-            out = _compat.bind_equation(eqn, [s.primal for s in series_in])
-            outs = out if primitive.multiple_results else [out]
+            outs = _compat.bind_outputs(eqn, [s.primal for s in series_in])
             for v, o in zip(eqn.outvars, outs, strict=True):
                 write(v, Series.constant(o))
             continue

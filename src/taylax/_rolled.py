@@ -220,11 +220,6 @@ def _find_loop(jaxpr, min_saved: int) -> _Loop | None:
     return None
 
 
-def _outputs(eqn, values) -> list:
-    out = _compat.bind_equation(eqn, values)
-    return list(out) if eqn.primitive.multiple_results else [out]
-
-
 def _roll(jaxpr, num_consts: int, loop: _Loop):
     """The closed jaxpr of the program with `loop` run as one `lax.scan`; its inputs are
     the constants and then the arguments of `jaxpr`."""
@@ -251,7 +246,7 @@ def _roll(jaxpr, num_consts: int, loop: _Loop):
                     env[v] = x
 
         for eqn in eqns[: loop.start]:
-            write(eqn, _outputs(eqn, [read(v) for v in eqn.invars]))
+            write(eqn, _compat.bind_outputs(eqn, [read(v) for v in eqn.invars]))
 
         def trip(carry, per_trip):
             local: dict = {}
@@ -268,7 +263,7 @@ def _roll(jaxpr, num_consts: int, loop: _Loop):
                         operands.append(source[1].val)
                     else:
                         operands.append(per_trip[source[1]])
-                for o, x in enumerate(_outputs(eqns[loop.start + j], operands)):
+                for o, x in enumerate(_compat.bind_outputs(eqns[loop.start + j], operands)):
                     local[(j, o)] = x
             return [local[slot] for slot in loop.carry], [local[slot] for slot in stacked]
 
@@ -286,7 +281,7 @@ def _roll(jaxpr, num_consts: int, loop: _Loop):
                 else per_trip[stacked_index[(j, o)]][r]
             )
         for eqn in eqns[end:]:
-            write(eqn, _outputs(eqn, [read(v) for v in eqn.invars]))
+            write(eqn, _compat.bind_outputs(eqn, [read(v) for v in eqn.invars]))
         return [read(v) for v in jaxpr.outvars]
 
     structs = [

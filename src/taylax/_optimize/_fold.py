@@ -80,8 +80,7 @@ def _evaluate(eqn, values: list[np.ndarray]) -> list[np.ndarray] | None:
     try:
         # Folding may run while an outer jit traces: evaluate eagerly, never trace.
         with jax.ensure_compile_time_eval():
-            outs = _compat.bind_equation(eqn, values)
-        outs = outs if eqn.primitive.multiple_results else [outs]
+            outs = _compat.bind_outputs(eqn, values)
         return [np.asarray(o) for o in outs]
     except Exception:  # a primitive that cannot run eagerly here is simply not folded
         return None

@@ -573,8 +573,7 @@ class _Frame:
                 env.update(zip(eqn.outvars, frame.run(k, ins)))
                 continue
             if k == 0:
-                outs = _compat.bind_equation(eqn, [c[0] for c in ins])
-                outs = outs if eqn.primitive.multiple_results else [outs]
+                outs = _compat.bind_outputs(eqn, [c[0] for c in ins])
                 if eqn.primitive in _COSTLY:
                     outs = [_once(o, self.style) for o in outs]
                 for var, value in zip(eqn.outvars, outs):
@@ -611,8 +610,7 @@ class _Frame:
                 args.append(c[0])
         if not varying:
             return [None] * len(eqn.outvars)
-        outs = _compat.bind_equation(eqn, args)
-        return list(outs) if primitive.multiple_results else [outs]
+        return _compat.bind_outputs(eqn, args)
 
 
 def field_rows_program(g, t0, w0) -> tuple:
