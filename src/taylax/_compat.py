@@ -8,6 +8,7 @@ JAX upgrade touches only this file.
 
 from __future__ import annotations
 
+import jax
 import jax.extend.core as jex_core
 import jax.extend.core.primitives as jex_prims
 from jax import lax
@@ -131,6 +132,22 @@ def bind_outputs(eqn: JaxprEqn, args) -> list:
     """`bind_equation`'s outputs as a list, whether or not the primitive has several."""
     out = bind_equation(eqn, args)
     return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def explicit_mesh_axes(x) -> tuple[str, ...]:
+    """The mesh axes of JAX's explicit sharding (`jax.sharding.AxisType.Explicit`) that
+    shard the type of array or tracer `x`, in the order its partition spec names them;
+    `()` for unsharded values, automatic axes, and JAX versions without typed shardings."""
+    try:
+        sharding = jax.typeof(x).sharding
+        kinds = dict(zip(sharding.mesh.axis_names, sharding.mesh.axis_types, strict=True))
+        spec = sharding.spec
+    except (AttributeError, TypeError):
+        return ()
+    names = []
+    for entry in spec:
+        names += [entry] if isinstance(entry, str) else list(entry or ())
+    return tuple(n for n in names if kinds.get(n) == jax.sharding.AxisType.Explicit)
 
 
 def custom_jvp_rule_key(jvp_jaxpr_fun):

@@ -201,10 +201,29 @@ def _rows(w0, event, batched: bool, method: str) -> bool:
     return w0.shape[0] <= _policy.current().ode_rows_max_state
 
 
+def _refuse_explicit_sharding(y0) -> None:
+    """A clear error for a batch sharded over explicit mesh axes: the batch's own lanes
+    (step sizes, counters, saved-time indices) are made inside the solve unsharded, and
+    JAX's explicit sharding refuses to mix the two (a `vmap` or a gather fails deep
+    inside). Automatic axes work: XLA propagates the input's layout."""
+    for leaf in jax.tree.leaves(y0):
+        axes = _compat.explicit_mesh_axes(leaf)
+        if axes:
+            raise ValueError(
+                f"`y0` is sharded over the explicit mesh axes {axes}, which "
+                "`taylax.ode.integrate(..., batch=True)` does not support yet. Shard it "
+                "over a mesh whose axes are automatic instead, e.g. `jax.make_mesh(shape, "
+                "names, axis_types=(jax.sharding.AxisType.Auto,) * len(names))`: the solve "
+                "then runs sharded along the input's layout."
+            )
+
+
 def _setup(vector_field, ts, y0, args, tol, order, batched: bool = False):
     """The problem on one real vector (`(n, B)` arrays with `batched`): `(w0, g, to_state,
     ts, order)`, with clear errors."""
     problem = batched_problem if batched else real_problem
+    if batched:
+        _refuse_explicit_sharding(y0)
     w0, g, to_state = problem(vector_field, y0, args)
     ts = jnp.asarray(ts)
     if ts.ndim != 1 or ts.shape[0] < 1 or jnp.issubdtype(ts.dtype, np.complexfloating):
