@@ -570,7 +570,10 @@ def integrate(
       of the Taylor passes, which is 3-4x faster than `jax.vmap` of a solve on XLA:CPU
       (docs/ODE.md). Both gradient modes: in reverse mode the trajectories walk back
       together, each from its own last step. `event` then returns one number per
-      trajectory, a `(B,)` array, and each trajectory stops at its own event.
+      trajectory, a `(B,)` array, and each trajectory stops at its own event. A batch
+      sharded over devices along its trajectories runs sharded where the mesh's axes
+      are automatic (`jax.sharding.AxisType.Auto`); explicit axes are refused with a
+      `ValueError`.
     - `event`: a terminating event, `event(t, y, args) -> real scalar` (as heyoka's
       terminal events and diffrax's `Event`): the integration stops at the first time
       after `ts[0]` where `event` changes sign along the solution (or reaches zero from
