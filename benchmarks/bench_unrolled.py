@@ -23,7 +23,8 @@ Usage::
         [--fusion-cut N] [--set FIELD=VALUE ...] [--no-jet] [--jet-stacked]
 
 `--policy cpu-uncut` is the CPU policy without fusion cuts (`fusion_cut=None`), the
-program before the fix. Prints a markdown table.
+program before the fix. Prints a markdown table and writes it, headed by the command,
+to `benchmarks/results/unrolled.md`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import argparse
 import dataclasses
 import math
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -44,6 +46,8 @@ import taylax  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_check import jet_along_ones, steady_ms  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "unrolled.md"
 
 H_RK4, H_LORENZ = 0.05, 0.01
 
@@ -209,11 +213,16 @@ def main(argv=None) -> int:
             for m in ("scalar", "vmap")
             for k in args.orders.split(",")
         }
-    print(f"jax {jax.__version__}, {jax.devices()[0].platform}, policy {policy.name}, float64")
+    lines = [
+        f"`python benchmarks/bench_unrolled.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
+        "",
+        f"jax {jax.__version__}, {jax.devices()[0].platform}, policy {policy.name}, float64, "
+        f"{time.strftime('%Y-%m-%d')}",
+    ]
     columns = ("program", "mode", "K", "steps", "taylax ms", "jet ms", "ratio")
     columns += ("taylax first s", "jet first s")
-    print("| " + " | ".join(columns) + " |")
-    print("|" + "---|" * len(columns))
+    lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    print("\n".join(lines), flush=True)
     for name in args.programs.split(","):
         program = PROGRAMS[name]
         for mode in args.modes.split(","):
@@ -255,11 +264,13 @@ def main(argv=None) -> int:
                         error = float(jnp.max(jnp.abs(a["out"] - expected))) / scale
                         assert error < 1e-9, f"taylax and jet disagree: {error:.2e}"
                     ratio = f"{a['ms'] / b['ms']:.2f}" if a and b else "-"
-                    print(
+                    lines.append(
                         f"| {name} | {mode} | {K} | {steps} | {_ms(a)} | {_ms(b)} | {ratio} | "
-                        f"{_s(a)} | {_s(b)} |",
-                        flush=True,
+                        f"{_s(a)} | {_s(b)} |"
                     )
+                    print(lines[-1], flush=True)
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text("\n".join(lines) + "\n")
     return 0
 
 

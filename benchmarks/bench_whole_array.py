@@ -4,7 +4,8 @@
 `jax.jit(jax.vmap(taylax.derivatives(f, K)))(x, v)`, float64. Steady state: both in one
 process, the minimum over 7 interleaved rounds (each timed call right after an untimed
 one of its own). Peak memory: each alone in a fresh process, its `ru_maxrss` (which
-includes JAX's own ~200 MB).
+includes JAX's own ~200 MB). Prints a markdown table and writes it, headed by the
+command, to `benchmarks/results/whole_array.md`.
 
     python benchmarks/bench_whole_array.py                       # N = 2^20, K = 4, 16, 32
     python benchmarks/bench_whole_array.py --points 65536 --orders 8
@@ -17,7 +18,9 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+RESULTS = Path(__file__).resolve().parent / "results" / "whole_array.md"
 CHAINS = {
     "exp-cos-div": "lambda t: jnp.exp(jnp.cos(t)) / (1 + t**2)",
     "log1p-tanh-sqrt": "lambda t: jnp.tanh(jnp.log1p(t * t)) * jnp.sqrt(1 + t * t)",
@@ -64,9 +67,14 @@ def main() -> None:
         chain, mode, order, points = args.child
         print(json.dumps(child(chain, mode, int(order), int(points))))
         return
-    print(f"N = {args.points}, float64; whole / vmap")
-    print("| chain | K | whole, ms | vmap, ms | ratio | whole, MB | vmap, MB | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+    lines = [
+        f"`python benchmarks/bench_whole_array.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
+        "",
+        f"N = {args.points}, float64; whole / vmap; {time.strftime('%Y-%m-%d')}",
+        "| chain | K | whole, ms | vmap, ms | ratio | whole, MB | vmap, MB | ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    print("\n".join(lines), flush=True)
     for chain in args.chains.split(","):
         for order in [int(k) for k in args.orders.split(",")]:
             cells = {}
@@ -81,11 +89,13 @@ def main() -> None:
                 cells["whole,vmap"]["steady_ms"]["vmap"],
             )
             wm, mm = cells["whole"]["peak_mb"], cells["vmap"]["peak_mb"]
-            print(
+            lines.append(
                 f"| {chain} | {order} | {w:.1f} | {m:.1f} | {w / m:.2f} | {wm:.0f} | {mm:.0f} | "
-                f"{wm / mm:.2f} |",
-                flush=True,
+                f"{wm / mm:.2f} |"
             )
+            print(lines[-1], flush=True)
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
