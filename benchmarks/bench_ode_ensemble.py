@@ -98,18 +98,25 @@ def heyoka_chunks(template, padded, lanes: int) -> list:
     return chunks
 
 
-def run_heyoka(y0s, tol, t_end, lanes):
+def heyoka_batches(y0s, tol, lanes: int) -> tuple[float, list]:
+    """`(seconds, chunks)`: heyoka's batch integrator of Kepler's field built for `lanes`
+    trajectories (`seconds`, its compilation), and a fresh copy of it per `lanes` rows of
+    the initial states `y0s` (the last rows repeated to fill the last chunk)."""
     import heyoka as hy
 
     x, y, vx, vy = hy.make_vars("x", "y", "vx", "vy")
     r3 = (x**2 + y**2) ** -1.5
     system = [(x, vx), (y, vy), (vx, -x * r3), (vy, -y * r3)]
-    n = len(y0s)
-    padded = np.concatenate([y0s, np.repeat(y0s[-1:], -n % lanes, axis=0)])
+    padded = np.concatenate([y0s, np.repeat(y0s[-1:], -len(y0s) % lanes, axis=0)])
     begin = time.perf_counter()
     template = hy.taylor_adaptive_batch(system, np.ascontiguousarray(padded[:lanes].T), tol=tol)
     first = time.perf_counter() - begin
-    chunks = heyoka_chunks(template, padded, lanes)
+    return first, heyoka_chunks(template, padded, lanes)
+
+
+def run_heyoka(y0s, tol, t_end, lanes):
+    n = len(y0s)
+    first, chunks = heyoka_batches(y0s, tol, lanes)
     ends, steps = [], []
     begin = time.perf_counter()
     for ta in chunks:

@@ -13,13 +13,14 @@ step of 4,096 trajectories at order `--order`:
 - **taylax**: `jax.jit(taylax.ode.integrate(kepler, tol=tol, batch=True))` over one
   period (its time over its steps);
 - **heyoka**: `heyoka.taylor_adaptive_batch` over the same period, 4 lanes, one thread,
-  chunk after chunk (as `bench_ode_ensemble.py` runs it), its time over taylax's steps
-  (the same step rule: the same steps); and the same chunks shared among one thread per
-  core.
+  chunk after chunk (as `bench_ode_ensemble.py` runs it), its time over its own steps
+  (the same step rule as taylax's: the same steps); and the same chunks shared among one
+  thread per core.
 
 All three at the same order: the integrator's, `ceil(-ln(tol) / 2 + 1)`, 16 at 1e-13.
 `--earlier-emitters` compiles the two JAX programs with XLA:CPU's earlier emitters.
-Times are the least of `--repeats` calls.
+Times are the least of at least `--repeats` calls (`bench_ode_problems.best_of`), after an
+untimed first call.
 
     python benchmarks/ode_batch_floor.py
     python benchmarks/ode_batch_floor.py --earlier-emitters
@@ -41,6 +42,7 @@ from jax import lax
 jax.config.update("jax_enable_x64", True)
 
 import bench_ode_ensemble as ensemble  # noqa: E402
+import bench_ode_problems as problems  # noqa: E402
 import taylax  # noqa: E402
 from bench_ode import kepler  # noqa: E402
 
@@ -88,14 +90,7 @@ def heyoka_threads(y0s, tol: float, t_end: float, lanes: int, workers: int) -> f
     starts, as `bench_ode_ensemble.run_heyoka` does) shared among `workers` threads;
     `propagate_until` releases the GIL. (heyoka's own `ensemble_propagate_until_batch`
     copies the integrator per chunk inside its loop: 50x slower here.)"""
-    import heyoka as hy
-
-    x, y, vx, vy = hy.make_vars("x", "y", "vx", "vy")
-    r3 = (x**2 + y**2) ** -1.5
-    system = [(x, vx), (y, vy), (vx, -x * r3), (vy, -y * r3)]
-    padded = np.concatenate([y0s, np.repeat(y0s[-1:], -len(y0s) % lanes, axis=0)])
-    template = hy.taylor_adaptive_batch(system, np.ascontiguousarray(padded[:lanes].T), tol=tol)
-    chunks = ensemble.heyoka_chunks(template, padded, lanes)
+    _, chunks = ensemble.heyoka_batches(y0s, tol, lanes)
     shares = [chunks[i::workers] for i in range(workers)]
 
     def run(share):
@@ -106,16 +101,6 @@ def heyoka_threads(y0s, tol: float, t_end: float, lanes: int, workers: int) -> f
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(run, shares))
     return time.perf_counter() - begin
-
-
-def least(fn, repeats: int) -> float:
-    jax.block_until_ready(fn())
-    best = math.inf
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        jax.block_until_ready(fn())
-        best = min(best, time.perf_counter() - begin)
-    return best
 
 
 def main() -> None:
@@ -138,25 +123,29 @@ def main() -> None:
     )
 
     ts = jnp.array([0.0, 2 * np.pi])
-    solve = taylax.ode.integrate(kepler, tol=args.tol, batch=True)
-    steps = int(np.max(np.asarray(jax.jit(solve)(ts, state).steps)))
     contenders = {
-        "taylax batch=True": (solve, (ts, state), steps),
-        "by hand": (kepler_floor(order, args.trips), (state,), args.trips),
+        "taylax batch=True": (taylax.ode.integrate(kepler, tol=args.tol, batch=True), (ts, state)),
+        "by hand": (kepler_floor(order, args.trips), (state,)),
     }
     for name in args.contenders.split(","):
-        fn, fn_args, trips = contenders[name]
+        fn, fn_args = contenders[name]
         begin = time.perf_counter()
         compiled = jax.jit(fn, compiler_options=options).lower(*fn_args).compile()
         first = time.perf_counter() - begin
-        seconds = least(lambda compiled=compiled, fn_args=fn_args: compiled(*fn_args), args.repeats)
+        out = compiled(*fn_args)  # also the untimed first call
+        trips = int(np.max(np.asarray(out.steps))) if hasattr(out, "steps") else args.trips
+        seconds, _ = problems.best_of(
+            lambda compiled=compiled, fn_args=fn_args: jax.block_until_ready(compiled(*fn_args)),
+            args.repeats,
+        )
         print(
             f"{name}: {seconds / trips * 1e3:.3f} ({trips} steps; compiled in {first:.1f} s, "
             f"{compiled.as_text().count(' fusion(')} fusions)",
             flush=True,
         )
 
-    heyoka = min(ensemble.run_heyoka(y0s, args.tol, 2 * np.pi, 4)[0] for _ in range(3))
+    runs = [ensemble.run_heyoka(y0s, args.tol, 2 * np.pi, 4) for _ in range(3)]
+    heyoka, steps = min(run[0] for run in runs), int(np.max(runs[0][2]))
     print(f"heyoka, 4 lanes, one thread: {heyoka / steps * 1e3:.3f} ({steps} steps)", flush=True)
     workers = os.cpu_count()
     heyoka = min(heyoka_threads(y0s, args.tol, 2 * np.pi, 4, workers) for _ in range(3))
