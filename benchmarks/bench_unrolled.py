@@ -46,6 +46,7 @@ import taylax  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_check import jet_along_ones, steady_ms  # noqa: E402
+from harness import command_line  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "unrolled.md"
 
@@ -214,7 +215,7 @@ def main(argv=None) -> int:
             for k in args.orders.split(",")
         }
     lines = [
-        f"`python benchmarks/bench_unrolled.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
+        command_line(__file__, sys.argv[1:] if argv is None else argv),
         "",
         f"jax {jax.__version__}, {jax.devices()[0].platform}, policy {policy.name}, float64, "
         f"{time.strftime('%Y-%m-%d')}",

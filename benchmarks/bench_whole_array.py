@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness import command_line
+
 RESULTS = Path(__file__).resolve().parent / "results" / "whole_array.md"
 CHAINS = {
     "exp-cos-div": "lambda t: jnp.exp(jnp.cos(t)) / (1 + t**2)",
@@ -68,7 +70,7 @@ def main() -> None:
         print(json.dumps(child(chain, mode, int(order), int(points))))
         return
     lines = [
-        f"`python benchmarks/bench_whole_array.py {' '.join(sys.argv[1:])}`".replace(" `", "`"),
+        command_line(__file__, sys.argv[1:]),
         "",
         f"N = {args.points}, float64; whole / vmap; {time.strftime('%Y-%m-%d')}",
         "| chain | K | whole, ms | vmap, ms | ratio | whole, MB | vmap, MB | ratio |",

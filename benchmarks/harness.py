@@ -565,6 +565,23 @@ def run_suite(
 # --------------------------------------------------------------------------------------
 
 
+def command_line(script: str, argv: Sequence[str]) -> str:
+    """The command that ran a benchmark script, as a results file quotes it.
+
+    Args:
+      script: the script's path (its ``__file__``).
+      argv: its command-line arguments.
+
+    Returns:
+      The command in backquotes, run from the repository root.
+
+    Example:
+      >>> command_line("/x/benchmarks/bench_unrolled.py", ["--orders", "2"])
+      '`python benchmarks/bench_unrolled.py --orders 2`'
+    """
+    return "`" + " ".join(["python", f"benchmarks/{Path(script).name}", *argv]) + "`"
+
+
 def format_time(seconds: float | None) -> str:
     """Formats a duration with three significant digits and a unit.
 
