@@ -304,7 +304,9 @@ def _entries(shape, seed):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
-@pytest.mark.parametrize("small_product", [None, 0], ids=["policy", "as dot"])
+@pytest.mark.parametrize(
+    "small_product", [None, 0, 1 << 30], ids=["policy", "as dot", "every pair then a skew sum"]
+)
 @pytest.mark.parametrize("name", sorted(_BILINEAR))
 def test_series_matrix_products_keep_the_orders_below_an_overflow(name, small_product, dtype):
     # Before, the Toeplitz table's zeros met the pole's overflowed rows (`inf * 0`) and
@@ -328,7 +330,7 @@ def test_series_matrix_products_keep_the_orders_below_an_overflow(name, small_pr
     policy = (
         taylax.CPU
         if small_product is None
-        else (dataclasses.replace(taylax.CPU, name="dots", small_product=small_product))
+        else (dataclasses.replace(taylax.CPU, name="products", small_product=small_product))
     )
     with taylax.emission_policy(policy):
         primal, coeffs = taylax.taylor(h, order)(x, jnp.asarray(1.0, dtype))

@@ -390,16 +390,43 @@ def test_product_of_two_series_matrices_takes_one_dot_per_pair_of_rows(order, do
     assert sum(e.primitive is lax.dot_general_p for e in all_equations(small)) <= 1
 
 
+# Each form of a product of two series matrices, forced by the policy: every pair's
+# product and a skew sum (small products), one dot over a Toeplitz table (larger ones).
+# Pair dots are `test_product_of_two_series_matrices` above.
+_PRODUCT_FORMS = {
+    "skew sum": dict(small_product=1 << 30, pair_dots_max_degree=0),
+    "Toeplitz table": dict(small_product=0, pair_dots_max_degree=0),
+}
+_PRODUCT_LAYOUTS = {
+    "matmul": lambda x: jnp.sin(x) @ jnp.exp(x / 2).T,
+    "contracted first axis": lambda x: jnp.einsum("ji,jk->ik", jnp.cos(x), x * jnp.tanh(x)),
+    "batched": lambda x: jnp.einsum("bi,bj->bij", jnp.sin(x), jnp.exp(x)),
+    "vector": lambda x: jnp.dot(jnp.sin(x[0]), jnp.cos(x[1])),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("layout", sorted(_PRODUCT_LAYOUTS))
+@pytest.mark.parametrize("form", sorted(_PRODUCT_FORMS))
+def test_product_of_two_series_matrices_in_each_form(form, layout, dtype):
+    x = _PAIR_X[:3, :4].astype(dtype)
+    v = direction("product forms", x.shape, dtype)
+    policy = dataclasses.replace(taylax.CPU, name=form, **_PRODUCT_FORMS[form])
+    with taylax.emission_policy(policy):
+        check_against_oracle(_PRODUCT_LAYOUTS[layout], x, v, range(7), context=f"{form} {dtype}")
+
+
 _SQRT_M = np.asarray([[1.0, 2.0], [3.0, 4.0]])
 
 
 @pytest.mark.parametrize("order", [1, 2, 3])
-@pytest.mark.parametrize("as_dot", [False, True], ids=["broadcast product", "dot"])
+@pytest.mark.parametrize("as_dot", [False, True], ids=["skew sum", "dot"])
 def test_an_infinite_derivative_leaves_a_matrix_product_s_primal(order, as_dot):
     # sqrt at 0: the first derivative of one factor is infinite. A Toeplitz table's zero
     # met it (`inf * 0`) and the product's primal came out NaN, where `jax.jvp` gives 0;
-    # the scalar product was right. Small products are a broadcast product, larger ones
-    # a dot over the table (the policy's `small_product`; pair dots have no table).
+    # the scalar product was right. Small products are every pair's product and a skew
+    # sum, larger ones a dot over the table (the policy's `small_product`; pair dots have
+    # no table).
     def f(t):
         return (jnp.sqrt(t) * _SQRT_M) @ (jnp.exp(t) * _SQRT_M)
 

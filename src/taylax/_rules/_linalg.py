@@ -2,7 +2,8 @@
 
 With one constant operand they are linear (one batched call, or one per row); with two
 series operands the Cauchy product is one call per pair of rows for large products up to
-the policy's `pair_dots_max_degree`, else one batched call over a Toeplitz table.
+the policy's `pair_dots_max_degree`, every pair's product summed along skewed rows for
+small ones, else one batched call over a Toeplitz table.
 """
 
 from __future__ import annotations
@@ -36,13 +37,14 @@ register_rule(lax.conv_general_dilated_p)(_per_coefficient(lax.conv_general_dila
 
 @register_rule(lax.dot_general_p)
 def _dot_general(order, a, b, *, dimension_numbers, **params):
-    """Cauchy product of two stacked series under `dot_general`, as ONE `dot_general`
-    (one per row for a series with large rows times a constant matrix: `_row_dots`; one
-    per pair of rows for a large product of two series: `_pair_dots`).
+    """Cauchy product of two stacked series under `dot_general`, `c_k = sum_{i + j = k}
+    dot(a_i, b_j)`.
 
-    The coefficient axes become extra dimensions of the same call: with the Toeplitz table
-    `T[k, i] = b_{k-i}`, `c_k = sum_i dot(a_i, T[k, i])` contracts `a`'s coefficient axis
-    with `T`'s column axis, and `T`'s row axis is a free dimension moved to the front.
+    Linear in a constant operand: the series' coefficient axis is one more free dimension
+    of one call (one call per row for a series with large rows: `_row_dots`). Two series:
+    one call per pair of rows for a large product up to the policy's
+    `pair_dots_max_degree` (`_pair_dots`); every pair's product and a skew sum for a small
+    one (`_skew_product`); else one call over a Toeplitz table (`_table_product`).
     """
     if params.get("out_sharding") is not None:
         # An output sharding names the output's own axes: keep one call per coefficient.
@@ -52,47 +54,97 @@ def _dot_general(order, a, b, *, dimension_numbers, **params):
     (ac, bc), (ab, bb) = dimension_numbers
     degree = min(a.degree + b.degree, order)
     x, y = a.coeffs[: degree + 1], b.coeffs[: degree + 1]
-    table = False
     if (a.degree == 0) != (b.degree == 0):
         series = b if a.degree == 0 else a
         if _takes_row_dots(series.shape, series.dtype, degree):
             return Series(_row_dots(a, b, degree, dimension_numbers, params))
-    if a.degree == 0 or b.degree == 0:
-        # Linear in the series operand: its coefficient axis is one more free dimension.
-        if a.degree == 0:
-            x, free_at = x[0], len(ab) + len(_split_dims(x.ndim - 1, ac, ab))
-            dims = ((ac, tuple(d + 1 for d in bc)), (ab, tuple(d + 1 for d in bb)))
-        else:
-            y, free_at = y[0], len(ab)
-            dims = ((tuple(d + 1 for d in ac), bc), (tuple(d + 1 for d in ab), bb))
-    elif _takes_pair_dots(a, b, degree, dimension_numbers):
-        return Series(_pair_dots(a, b, degree, dimension_numbers, params))
+    if a.degree and b.degree:
+        if _takes_pair_dots(a, b, degree, dimension_numbers):
+            return Series(_pair_dots(a, b, degree, dimension_numbers, params))
+        if _product_work(x, b, degree, bc, bb) <= _policy.current().small_product:
+            return Series(_skew_product(x, y, degree, dimension_numbers, params))
+        return Series(_table_product(x, y, degree, dimension_numbers, params))
+    # Linear in the series operand: its coefficient axis is one more free dimension.
+    if a.degree == 0:
+        x, free_at = x[0], len(ab) + len(_split_dims(x.ndim - 1, ac, ab))
+        dims = ((ac, tuple(d + 1 for d in bc)), (ab, tuple(d + 1 for d in bb)))
     else:
-        table = True
-        y = _series.toeplitz(y, degree + 1, x.shape[0])  # (rows, cols, *b.shape)
-        free_at = len(ab) + len(_split_dims(x.ndim - 1, ac, ab))
-        dims = (
-            ((0, *(d + 1 for d in ac)), (1, *(d + 2 for d in bc))),
-            (tuple(d + 1 for d in ab), tuple(d + 2 for d in bb)),
-        )
+        y, free_at = y[0], len(ab)
+        dims = ((tuple(d + 1 for d in ac), bc), (tuple(d + 1 for d in ab), bb))
     (_, y_contract), (_, y_batch) = dims
     work = math.prod(x.shape) * math.prod(
         y.shape[d] for d in _split_dims(y.ndim, y_contract, y_batch)
     )
-    # The table's zeros above its diagonal meet every row of `a`: an overflowed `a_i`
-    # (`inf * 0`) would put NaN in the rows below `i`, the primal too. A broadcast
-    # product selects them away; a dot takes `a` with its non-finite entries as 0 and
-    # adds their poison (`_series.finite_part`; docs/EMISSION.md, "Overflow").
     if work <= _policy.current().small_product:
-        out = _dot_general_by_multiply(x, y, dimension_numbers=dims, table=table, **params)
-    elif table:
-        x, poison = _series.finite_part(x, degree, summed=ac)
-        out = lax.dot_general(x, y, dims, **params)
-        b_free = len(_split_dims(len(b.shape), bc, bb))
-        out = out + _as_product(poison, ac, ab, b_free).astype(out.dtype)
+        out = _dot_general_by_multiply(x, y, dimension_numbers=dims, **params)
     else:
         out = lax.dot_general(x, y, dims, **params)
     return Series(jnp.moveaxis(out, free_at, 0))
+
+
+def _table_product(x: Array, y: Array, degree: int, dimension_numbers, params) -> Array:
+    """`c_k = sum_i dot(x_i, T[k, i])` over the Toeplitz table `T[k, i] = y_{k-i}`, as one
+    `dot_general`, for a large product of two series: `x`'s coefficient axis contracted
+    with the table's column axis, and the table's row axis a free dimension moved to the
+    front.
+
+    The table's zeros above its diagonal meet every row of `x`: an overflowed `x_i`
+    (`inf * 0`) would put NaN in the rows below `i`, the primal too. So the dot takes
+    `x` with its non-finite entries as 0 and adds their poison (`_series.finite_part`;
+    docs/EMISSION.md, "Overflow").
+    """
+    (ac, bc), (ab, bb) = dimension_numbers
+    b_free = len(_split_dims(y.ndim - 1, bc, bb))
+    table = _series.toeplitz(y, degree + 1, x.shape[0])  # (rows, cols, *b.shape)
+    free_at = len(ab) + len(_split_dims(x.ndim - 1, ac, ab))
+    dims = (
+        ((0, *(d + 1 for d in ac)), (1, *(d + 2 for d in bc))),
+        (tuple(d + 1 for d in ab), tuple(d + 2 for d in bb)),
+    )
+    x, poison = _series.finite_part(x, degree, summed=ac)
+    out = lax.dot_general(x, table, dims, **params)
+    out = out + _as_product(poison, ac, ab, b_free).astype(out.dtype)
+    return jnp.moveaxis(out, free_at, 0)
+
+
+def _product_work(x: Array, b: Series, degree: int, bc, bb) -> int:
+    """Multiply-adds of the product of `x` (the rows of `a`) with every row of `b` up to
+    `degree`, the measure the policy's `small_product` bounds: a table's or every pair's."""
+    b_free = _split_dims(len(b.shape), bc, bb)
+    return math.prod(x.shape) * (degree + 1) * math.prod(b.shape[d] for d in b_free)
+
+
+def _skew_product(x: Array, y: Array, degree: int, dimension_numbers, params) -> Array:
+    """`c_k = sum_{i + j = k} dot(x_i, y_j)` for `k <= degree`, stacked, for two series
+    whose product is small: every pair's product as one broadcast multiply and sum
+    (`P[i, j]`), then row `i` of `P` shifted right by `i` (the skew trick: pad, reshape,
+    slice) and the rows summed.
+
+    The shift pads with zeros that are added, never multiplied, so an overflowed `x_i`
+    reaches only the orders from `i` on, with no mask to select the products above a
+    Toeplitz table's diagonal away: three equations fewer per product, and fewer for
+    XLA to compile (the nested recursion is made of such products).
+    """
+    (ac, bc), (ab, bb) = dimension_numbers
+    dims = (
+        (tuple(d + 1 for d in ac), tuple(d + 1 for d in bc)),
+        (tuple(d + 1 for d in ab), tuple(d + 1 for d in bb)),
+    )
+    pairs = _dot_general_by_multiply(x, y, dimension_numbers=dims, **params)
+    # `dot_general` lays out (*batch, rows of x, *x free, rows of y, *y free).
+    nb, rows, cols = len(ab), x.shape[0], y.shape[0]
+    at_y = nb + 1 + len(_split_dims(x.ndim - 1, ac, ab))
+    pairs = jnp.moveaxis(pairs, (nb, at_y), (0, 1))  # (rows, cols, *out)
+    rest = pairs.shape[2:]
+    width = rows + cols - 1
+    padded = lax.pad(
+        pairs,
+        np.zeros((), pairs.dtype),
+        [(0, 0, 0), (0, rows, 0)] + [(0, 0, 0)] * len(rest),
+    )
+    flat = lax.reshape(padded, (rows * (cols + rows),) + rest)[: rows * width]
+    skewed = lax.reshape(flat, (rows, width) + rest)  # row i holds P[i, k - i] at k
+    return jnp.sum(skewed[:, : degree + 1], axis=0)
 
 
 def _as_product(poison: Array, ac, ab, b_free: int) -> Array:
@@ -168,16 +220,8 @@ def _split_dims(ndim, contract, batch):
     return [d for d in range(ndim) if d not in contract and d not in batch]
 
 
-def _dot_general_by_multiply(
-    x, y, *, dimension_numbers, table=False, preferred_element_type=None, **_
-):
-    """`lax.dot_general` as a broadcast multiply and a sum (same result, fusable).
-
-    With `table`, `y` is a Toeplitz table `T[k, i]` (its first free axis `k`, contracted
-    with `x`'s rows `i` first) and the products above its diagonal (`i > k`, the table's
-    zeros) are selected away rather than summed: an overflowed `x_i` then reaches only
-    the rows from `i` on.
-    """
+def _dot_general_by_multiply(x, y, *, dimension_numbers, preferred_element_type=None, **_):
+    """`lax.dot_general` as a broadcast multiply and a sum (same result, fusable)."""
     (xc, yc), (xb, yb) = dimension_numbers
     xf = _split_dims(x.ndim, xc, xb)
     yf = _split_dims(y.ndim, yc, yb)
@@ -188,10 +232,4 @@ def _dot_general_by_multiply(
     yt = lax.expand_dims(yt, tuple(range(nb, nb + nxf)))
     dtype = preferred_element_type or jnp.result_type(x, y)
     prod = xt.astype(dtype) * yt.astype(dtype)
-    if table:
-        rows, cols = yt.shape[nb + nxf], yt.shape[nb + nxf + nyf]
-        shape = [1] * prod.ndim
-        shape[nb + nxf], shape[nb + nxf + nyf] = rows, cols
-        lower = (np.arange(rows)[:, None] >= np.arange(cols)[None, :]).reshape(shape)
-        prod = lax.select(jnp.broadcast_to(lower, prod.shape), prod, jnp.zeros_like(prod))
     return jnp.sum(prod, axis=tuple(range(prod.ndim - nc, prod.ndim))) if nc else prod
