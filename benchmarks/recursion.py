@@ -18,6 +18,7 @@ wherever Python finds it (`PYTHONPATH=src`, or another tree's `src` for an A/B).
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -97,18 +98,32 @@ def _equations(contender: str, my_func, t, k: int) -> int:
     return count(closed.jaxpr)
 
 
-def _worker(contender: str, ks: list[int], count: bool) -> None:
+def _worker(contender: str, ks: list[int], count: bool, collect_first: bool = False) -> None:
     import jax
     import jax.numpy as jnp
 
     jax.config.update("jax_enable_x64", True)
     my_func = build(contender)
     t = jnp.asarray(1.0, dtype=complex)
+    # Seconds spent in generation-2 (whole-heap) collections, reported beside each call.
+    full: list[float] = []
+
+    def timed(phase: str, info: dict) -> None:
+        if info["generation"] == 2:
+            full.append(time.perf_counter() if phase == "start" else -time.perf_counter())
+
+    gc.callbacks.append(timed)
     for k in ks:
+        if collect_first:
+            # A full collection first, so that no generation-2 collection falls inside the
+            # timed call only because of what the process allocated before it (imports).
+            gc.collect()
+        full.clear()
         start = time.perf_counter()
         out = my_func(t, k).block_until_ready()
         elapsed = time.perf_counter() - start
         result = {"contender": contender, "k": k, "first_call_s": elapsed}
+        result["full_collections_s"] = -sum(full)
         result["value"] = [[float(z.real), float(z.imag)] for z in out.ravel().tolist()]
         print(json.dumps(result), flush=True)
     if count:
@@ -201,4 +216,4 @@ def fitted_exponent(results: list[dict[str, Any]], k_min: int = 8) -> float:
 
 if __name__ == "__main__":
     _contender, _ks = sys.argv[1], [int(k) for k in sys.argv[2].split(",")]
-    _worker(_contender, _ks, "--count" in sys.argv[3:])
+    _worker(_contender, _ks, "--count" in sys.argv[3:], "--collect-first" in sys.argv[3:])

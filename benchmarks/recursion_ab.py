@@ -3,9 +3,12 @@
 Runs `python benchmarks/recursion.py <contender> <k>` (one first call in a fresh process,
 `recursion._worker`) alternately with this checkout's `src` and with the `src`
 of `--base` (checked out into a temporary git worktree), `--processes` times each, and
-prints every first call and the medians. `jax.jacfwd`'s first call at `--jacfwd-k`
-(default 7) is timed the same way, for the issue's bound (taylax at k = 20 at most
-`jax.jacfwd` at k = 7).
+prints every first call and the medians. With `--collect-first` each worker runs a
+full garbage collection before its timed call: the two trees' processes allocate
+differently before it (imports, tracing), so a generation-2 collection of the whole heap
+(about 50 ms at k = 9) may fall inside one tree's first call and just after the
+other's. `jax.jacfwd`'s first call at `--jacfwd-k` (default 7) is timed the same way,
+for the issue's bound (taylax at k = 20 at most `jax.jacfwd` at k = 7).
 
     python benchmarks/recursion_ab.py --base 5ce19c2 --ks 9,20 --processes 5
 """
@@ -26,10 +29,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from harness import checked_out  # noqa: E402
 
 
-def first_call(src: Path, contender: str, k: int) -> float:
+def first_call(src: Path, contender: str, k: int, collect_first: bool = False) -> float:
     env = dict(os.environ, PYTHONPATH=str(src))
+    flags = ["--collect-first"] if collect_first else []
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "recursion.py"), contender, str(k)],
+        [sys.executable, str(ROOT / "benchmarks" / "recursion.py"), contender, str(k), *flags],
         capture_output=True,
         text=True,
         check=True,
@@ -44,6 +48,11 @@ def main(argv=None) -> int:
     parser.add_argument("--ks", default="9,20")
     parser.add_argument("--processes", type=int, default=5)
     parser.add_argument("--jacfwd-k", type=int, default=7)
+    parser.add_argument(
+        "--collect-first",
+        action="store_true",
+        help="a full garbage collection before each timed call (both trees)",
+    )
     args = parser.parse_args(argv)
     with checked_out(args.base) as base_src:
         trees = {"head": ROOT / "src", args.base: base_src}
@@ -51,13 +60,16 @@ def main(argv=None) -> int:
             seen = {label: [] for label in trees}
             for _ in range(args.processes):
                 for label, src in trees.items():
-                    seen[label].append(first_call(src, "taylax", k))
+                    seen[label].append(first_call(src, "taylax", k, args.collect_first))
             cells = ", ".join(
                 f"{label} {statistics.median(v):.2f} s (" + " ".join(f"{x:.2f}" for x in v) + ")"
                 for label, v in seen.items()
             )
             print(f"taylax k = {k}: {cells}", flush=True)
-        jac = [first_call(ROOT / "src", "jax", args.jacfwd_k) for _ in range(args.processes)]
+        jac = [
+            first_call(ROOT / "src", "jax", args.jacfwd_k, args.collect_first)
+            for _ in range(args.processes)
+        ]
         print(f"jax.jacfwd k = {args.jacfwd_k}: median {statistics.median(jac):.2f} s")
     return 0
 
