@@ -21,7 +21,6 @@ compiles, is reported apart), float64. The table goes to
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from pathlib import Path
 
@@ -124,7 +123,7 @@ def run_diffrax(e, tol, t_end, solver=None):
 
 
 def run_diffrax_taylor(e, tol, t_end):
-    order = max(2, math.ceil(-math.log(tol) / 2 + 1))  # as taylax.ode.integrate's default
+    order = taylax.ode.default_order(tol)
     return run_diffrax(e, tol, t_end, taylax.ode.Taylor(order))
 
 

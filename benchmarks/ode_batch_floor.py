@@ -29,7 +29,6 @@ untimed first call.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -113,7 +112,7 @@ def main() -> None:
     parser.add_argument("--contenders", default="taylax batch=True,by hand")
     args = parser.parse_args()
     options = {"xla_cpu_use_fusion_emitters": False} if args.earlier_emitters else {}
-    order = max(2, math.ceil(-math.log(args.tol) / 2 + 1))
+    order = taylax.ode.default_order(args.tol)
     y0s = ensemble.ensemble(args.trajectories, 0.5, 0.05)
     state = jnp.asarray(y0s.T)
     emitters = "earlier" if args.earlier_emitters else "default"

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import re
 
 import jax
@@ -108,7 +107,7 @@ def main() -> None:
             if args.heyoka:
                 seconds, _, heyoka_steps, _ = problems.run_heyoka(problems.PROBLEMS[name], tol, 5)
                 cells.append(f"heyoka {seconds / heyoka_steps * 1e6:.2f}")
-            order = max(2, math.ceil(-math.log(tol) / 2 + 1))  # the integrator's
+            order = taylax.ode.default_order(tol)
             print(
                 f"{name} tol {tol:g} (K = {order}, {steps} steps): " + ", ".join(cells), flush=True
             )

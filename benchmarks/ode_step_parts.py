@@ -20,7 +20,6 @@ steady-state minimum of `--rounds` calls, float64, public API only:
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 import jax
@@ -78,7 +77,7 @@ def main() -> None:
     t0 = jnp.zeros(args.trajectories)
     # Jorba and Zou's order, as `integrate` takes it; the last sweep's passes are of
     # orders K - 1 and (K - 2) / 2 rounded up.
-    order = max(2, math.ceil(-math.log(args.tol) / 2 + 1))
+    order = taylax.ode.default_order(args.tol)
     half = -(-(order - 2) // 2)
     ts = jnp.array([0.0, 2 * np.pi])
 

@@ -233,6 +233,29 @@ def test_order_and_tolerance_set_the_error():
     assert error(fine) < 1e-13
 
 
+@pytest.mark.parametrize(
+    "tol, order",
+    [(float(np.finfo(np.float32).eps), 9), (1e-10, 13), (1e-13, 16), (2.0**-52, 20), (0.5, 2)],
+)
+def test_the_default_order_is_jorba_and_zou_s(tol, order):
+    assert taylax.ode.default_order(tol) == order
+
+
+def test_the_integrator_takes_the_default_order():
+    ts, y0 = jnp.array([0.0, 3.0]), jnp.array([1.0, 0.0])
+    default = jax.jit(taylax.ode.integrate(oscillator, tol=1e-10))(ts, y0)
+    stated = jax.jit(taylax.ode.integrate(oscillator, tol=1e-10, order=13))(ts, y0)
+    low = jax.jit(taylax.ode.integrate(oscillator, tol=1e-10, order=6))(ts, y0)
+    assert int(default.steps) == int(stated.steps) != int(low.steps)
+    np.testing.assert_array_equal(default.ys, stated.ys)
+
+
+@pytest.mark.parametrize("tol", [0, 1, -1e-3, float("nan"), "1e-3", True, None])
+def test_the_default_order_refuses_a_tolerance_outside_0_1(tol):
+    with pytest.raises(ValueError, match=r"`tol` must be a number between 0 and 1, got"):
+        taylax.ode.default_order(tol)
+
+
 def test_max_steps_leaves_unreached_times_nan():
     ts = jnp.array([0.0, 0.5, 50.0])
     sol = jax.jit(taylax.ode.integrate(oscillator, max_steps=3))(ts, jnp.array([1.0, 0.0]))

@@ -94,8 +94,9 @@ class Taylor(diffrax.AbstractAdaptiveSolver):
 
     - `order`: the Taylor order `K >= 1` of every step (a Python integer). Higher orders
       take longer steps for the same tolerance, at O(K^2) work per step; Jorba and Zou's
-      `ceil(-ln(tol) / 2 + 1)` (what `taylax.ode.integrate` picks) is a good choice for a
-      tolerance `tol`: 13 for 1e-10, 20 for 1e-16.
+      `ceil(-ln(tol) / 2 + 1)` (`taylax.ode.default_order(tol)`, what
+      `taylax.ode.integrate` picks) is a good choice for a tolerance `tol`: 13 for
+      1e-10, 20 for 1e-16.
 
     **Returns:** a diffrax solver (an `AbstractAdaptiveSolver`) to pass to
     `diffrax.diffeqsolve`, whose `order(terms)` is `K`.

@@ -36,6 +36,7 @@ from ._coefficients import (
 )
 from ._events import Events, check_event
 from ._saved import WINDOW, save_window, saving_again, sorted_times, window_cotangents
+from ._tolerance import default_order
 
 
 class Solution(NamedTuple):
@@ -97,11 +98,6 @@ def _refusing_reverse_mode(solution: Solution) -> Solution:
         return forward_only(leaf, _FORWARD_ONLY)
 
     return jax.tree.map(guard, solution)
-
-
-def taylor_order(tol: float) -> int:
-    """Jorba and Zou's order for a tolerance: `ceil(-ln(tol) / 2 + 1)`, at least 2."""
-    return max(2, math.ceil(-math.log(tol) / 2 + 1))
 
 
 def _two_sum(t, h, t_low):
@@ -232,7 +228,7 @@ def _setup(vector_field, ts, y0, args, tol, order, batched: bool = False):
             f"a {ts.dtype} array of shape {ts.shape}."
         )
     ts = ts.astype(w0.dtype)
-    p = order or taylor_order(tol or float(jnp.finfo(w0.dtype).eps))
+    p = order or default_order(tol or float(jnp.finfo(w0.dtype).eps))
     return w0, g, to_state, ts, p
 
 
