@@ -134,17 +134,17 @@ def _skew_product(x: Array, y: Array, degree: int, dimension_numbers, params) ->
     # `dot_general` lays out (*batch, rows of x, *x free, rows of y, *y free).
     nb, rows, cols = len(ab), x.shape[0], y.shape[0]
     at_y = nb + 1 + len(_split_dims(x.ndim - 1, ac, ab))
-    pairs = jnp.moveaxis(pairs, (nb, at_y), (0, 1))  # (rows, cols, *out)
+    # lax rather than jnp throughout: this runs once per product while a derivative is
+    # lowered, and jnp's wrappers cost that first call more than the operations do.
+    others = [d for d in range(pairs.ndim) if d not in (nb, at_y)]
+    pairs = lax.transpose(pairs, (nb, at_y, *others))  # (rows, cols, *out)
     rest = pairs.shape[2:]
     width = rows + cols - 1
-    padded = lax.pad(
-        pairs,
-        np.zeros((), pairs.dtype),
-        [(0, 0, 0), (0, rows, 0)] + [(0, 0, 0)] * len(rest),
-    )
-    flat = lax.reshape(padded, (rows * (cols + rows),) + rest)[: rows * width]
+    zero = np.zeros((), pairs.dtype)
+    padded = lax.pad(pairs, zero, [(0, 0, 0), (0, rows, 0)] + [(0, 0, 0)] * len(rest))
+    flat = lax.slice_in_dim(lax.reshape(padded, (rows * (cols + rows),) + rest), 0, rows * width)
     skewed = lax.reshape(flat, (rows, width) + rest)  # row i holds P[i, k - i] at k
-    return jnp.sum(skewed[:, : degree + 1], axis=0)
+    return lax.reduce(lax.slice_in_dim(skewed, 0, degree + 1, axis=1), zero, lax.add, (0,))
 
 
 def _as_product(poison: Array, ac, ab, b_free: int) -> Array:
@@ -230,6 +230,8 @@ def _dot_general_by_multiply(x, y, *, dimension_numbers, preferred_element_type=
     nb, nxf, nyf, nc = len(xb), len(xf), len(yf), len(xc)
     xt = lax.expand_dims(xt, tuple(range(nb + nxf, nb + nxf + nyf)))
     yt = lax.expand_dims(yt, tuple(range(nb, nb + nxf)))
-    dtype = preferred_element_type or jnp.result_type(x, y)
+    dtype = np.dtype(preferred_element_type or jnp.result_type(x, y))
     prod = xt.astype(dtype) * yt.astype(dtype)
-    return jnp.sum(prod, axis=tuple(range(prod.ndim - nc, prod.ndim))) if nc else prod
+    if not nc:
+        return prod
+    return lax.reduce(prod, np.zeros((), dtype), lax.add, tuple(range(prod.ndim - nc, prod.ndim)))
