@@ -5,6 +5,7 @@ The collapse itself is checked with deterministic equation counts of the emitted
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from functools import partial
 
@@ -250,6 +251,31 @@ def test_lowering_restores_the_garbage_collector(enabled):
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def _rows_chain(t, w):
+    return jnp.sum(jnp.exp(jnp.sin(t * w)) / (2.0 + jnp.cos(t * w) ** 3))
+
+
+@pytest.mark.parametrize("size", [4, 64])
+def test_a_nested_derivative_of_small_values_builds_no_rows(size):
+    # Where a derivative's shapes are final (lowered, eager, `emitted_jaxpr`), a program
+    # whose values are all small (`nested_rowless_max_elements`, 16 on the CPU) takes
+    # the stacked closed forms: rows only add equations to such a dispatch-bound program.
+    w = jnp.linspace(0.5, 1.5, size)
+    d = taylax.derivative(lambda t: _rows_chain(t, w), 6)
+
+    def counted(policy):
+        with taylax.emission_policy(policy):
+            return count_unique_equations(emitted_jaxpr(d, 0.7))
+
+    rows = dataclasses.replace(taylax.CPU, name="rows", nested_rowless_max_elements=None)
+    stacked = dataclasses.replace(rows, name="stacked", rows_max_order=0, loop_rows_max_order=0)
+    assert counted(rows) != counted(stacked)  # the rule decides something here
+    assert counted(taylax.CPU) == counted(stacked if size <= 16 else rows)
+    expected = oracle(lambda t: _rows_chain(t, w), 0.7, 1.0, 6)[6]
+    for run in (d, jax.jit(d)):
+        np.testing.assert_allclose(run(0.7), expected, rtol=1e-12)
 
 
 def _unchecked(t):

@@ -29,6 +29,7 @@ How it is evaluated:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import inspect
@@ -96,6 +97,55 @@ def evaluate(*args, program: Program, orders: tuple[int, ...]):
 _EAGER_DERIVATIVES = ProgramCache()
 
 
+def _small_values(program: Program, limit: int) -> bool:
+    """Whether every value of `program` (its inputs, and every equation's outputs in it
+    and its sub-programs, each walked once) has at most `limit` elements."""
+    seen: set[int] = set()
+    stack = [_compat.open_jaxpr(program.closed)]
+    while stack:
+        jaxpr = stack.pop()
+        if id(jaxpr) in seen:
+            continue
+        seen.add(id(jaxpr))
+        values = [*jaxpr.invars, *(v for e in jaxpr.eqns for v in e.outvars)]
+        if any(math.prod(getattr(v.aval, "shape", ())) > limit for v in values):
+            return False
+        for eqn in jaxpr.eqns:
+            stack.extend(_jaxprs_in_params(eqn.params))
+    return True
+
+
+def _jaxprs_in_params(params) -> list:
+    found = []
+    for value in params.values():
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if _compat.is_jaxpr(item):
+                found.append(_compat.open_jaxpr(item))
+            elif isinstance(item, Program):
+                found.append(_compat.open_jaxpr(item.closed))
+    return found
+
+
+def _final_shapes_policy(program: Program):
+    """The policy for evaluating `program` where its shapes are final (lowered, or
+    compiled for an eager call; not under a transformation that batches it later): the
+    one in force, without rows where every value is small (`nested_rowless_max_elements`,
+    docs/DERIVATIVES.md)."""
+    policy = _policy.current()
+    limit = policy.nested_rowless_max_elements
+    if limit is None or policy.rows_max_order == 0 or not _small_values(program, limit):
+        return contextlib.nullcontext()
+    return _policy.pass_scope(dataclasses.replace(policy, rows_max_order=0, loop_rows_max_order=0))
+
+
+def evaluate_final(*args, program: Program, orders: tuple[int, ...]):
+    """`evaluate` where the shapes are final: lowered, compiled for an eager call, or
+    expanded by `taylax.emitted_jaxpr` (not under a transformation that batches the pass
+    afterwards), with `_final_shapes_policy`."""
+    with _final_shapes_policy(program):
+        return evaluate(*args, program=program, orders=orders)
+
+
 def _impl(*args, program, orders):
     # Reached by eager calls only (under jit the primitive is lowered); a fresh trace of
     # the same function is a new jaxpr object, so look the program up by structure.
@@ -110,7 +160,7 @@ def _impl(*args, program, orders):
         key = None
 
     def make():
-        return jax.jit(functools.partial(evaluate, program=program, orders=orders))
+        return jax.jit(functools.partial(evaluate_final, program=program, orders=orders))
 
     return _EAGER_DERIVATIVES.get(key, make)(*args)
 
@@ -142,7 +192,7 @@ def _collection_paused():
             gc.enable()
 
 
-_lower_evaluate = _compat.mlir.lower_fun(evaluate, multiple_results=True)
+_lower_evaluate = _compat.mlir.lower_fun(evaluate_final, multiple_results=True)
 
 
 def _lower(ctx, *args, **params):

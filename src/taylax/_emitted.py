@@ -10,7 +10,7 @@ from collections.abc import Callable
 import jax
 
 from . import _compat
-from ._derivative import derivative_p, evaluate
+from ._derivative import derivative_p, evaluate_final
 from ._rules._calls import jit_per_jaxpr
 
 _EXPANDED_JITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -30,7 +30,7 @@ def _eval_expanded(jaxpr: _compat.Jaxpr, consts, args) -> list:
     for eqn in jaxpr.eqns:
         ins = [read(v) for v in eqn.invars]
         if eqn.primitive is derivative_p:
-            outs = evaluate(*ins, **eqn.params)
+            outs = evaluate_final(*ins, **eqn.params)
         elif eqn.primitive is _compat.jit_p:
             outs = _expanded_jit(eqn.params["jaxpr"])(*ins)
         else:

@@ -70,6 +70,11 @@ class EmissionPolicy:
     - `fused_concat_max_operands`: rows stacked from at most this many operands are one
       expression the compiler fuses into its readers (XLA:CPU's limit).
     - `polynomial_rows_max_order`: tanh/tan along a line row by row up to this order.
+    - `nested_rowless_max_elements`: a nested derivative (`taylax.derivative`,
+      `taylax.jacfwd`), evaluated where its shapes are final, builds no rows when every
+      value of its program has at most this many elements: such programs are
+      dispatch-bound, and rows only add equations to trace and compile. None always
+      builds them.
     - `stacked_output_max_order`: `derivatives` returns the pass's own stack up to this
       order; past it, the primal and the coefficients concatenated.
     - `output_rows_apart_min_order`: from this order `derivatives` computes each of an
@@ -186,6 +191,7 @@ class EmissionPolicy:
     stacked_product_rows_max_order: int = 8
     fused_concat_max_operands: int = 8
     polynomial_rows_max_order: int = 1
+    nested_rowless_max_elements: int | None = 16
     stacked_output_max_order: int = 4
     output_rows_apart_min_order: int | None = None
     output_rows_apart_min_equations: int | None = 64
@@ -339,6 +345,7 @@ GPU = EmissionPolicy(
     fallback_check_apart=True,
     fusion_cut_min_work=None,
     roll_past=None,
+    nested_rowless_max_elements=None,
 )
 """The policy for XLA:GPU (`gpu`, `cuda`, `rocm`): straight-line code that XLA fuses into few
 kernels; no loop over coefficients, elements or points, no buffer marks; products as sums of
