@@ -98,7 +98,15 @@ def _equations(contender: str, my_func, t, k: int) -> int:
     return count(closed.jaxpr)
 
 
-def _worker(contender: str, ks: list[int], count: bool, collect_first: bool = False) -> None:
+def _timed(call, t) -> float:
+    start = time.perf_counter()
+    call(t).block_until_ready()
+    return time.perf_counter() - start
+
+
+def _worker(
+    contender: str, ks: list[int], count: bool, collect_first: bool = False, phases: bool = False
+) -> None:
     import jax
     import jax.numpy as jnp
 
@@ -120,10 +128,28 @@ def _worker(contender: str, ks: list[int], count: bool, collect_first: bool = Fa
             gc.collect()
         full.clear()
         start = time.perf_counter()
-        out = my_func(t, k).block_until_ready()
+        if phases:
+            # The same first call in JAX's stages, each timed: tracing the user's
+            # program, lowering it (taylax's passes run here) and XLA's compile.
+            marks = [start]
+            stage = my_func.trace(t, k)
+            marks.append(time.perf_counter())
+            stage = stage.lower()
+            marks.append(time.perf_counter())
+            stage = stage.compile()
+            marks.append(time.perf_counter())
+            out = stage(t).block_until_ready()
+        else:
+            out = my_func(t, k).block_until_ready()
         elapsed = time.perf_counter() - start
         result = {"contender": contender, "k": k, "first_call_s": elapsed}
         result["full_collections_s"] = -sum(full)
+        if phases:
+            names = ("trace_s", "lower_s", "compile_s")
+            result.update({n: b - a for n, a, b in zip(names, marks, marks[1:])})
+        # The steady state too: the least of 20 calls of the compiled program.
+        call = stage if phases else (lambda t, k=k: my_func(t, k))
+        result["steady_s"] = min(_timed(call, t) for _ in range(20))
         result["value"] = [[float(z.real), float(z.imag)] for z in out.ravel().tolist()]
         print(json.dumps(result), flush=True)
     if count:
@@ -216,4 +242,5 @@ def fitted_exponent(results: list[dict[str, Any]], k_min: int = 8) -> float:
 
 if __name__ == "__main__":
     _contender, _ks = sys.argv[1], [int(k) for k in sys.argv[2].split(",")]
-    _worker(_contender, _ks, "--count" in sys.argv[3:], "--collect-first" in sys.argv[3:])
+    _flags = sys.argv[3:]
+    _worker(_contender, _ks, "--count" in _flags, "--collect-first" in _flags, "--phases" in _flags)

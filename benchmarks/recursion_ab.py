@@ -3,7 +3,10 @@
 Runs `python benchmarks/recursion.py <contender> <k>` (one first call in a fresh process,
 `recursion._worker`) alternately with this checkout's `src` and with the `src`
 of `--base` (checked out into a temporary git worktree), `--processes` times each, and
-prints every first call and the medians. With `--collect-first` each worker runs a
+prints every first call and the medians, with those of the seconds spent in whole-heap
+(generation-2) collections during the call and of the steady state (the least of 20
+calls after it); `--phases` times its stages apart (trace,
+lower, compile). With `--collect-first` each worker runs a
 full garbage collection before its timed call: the two trees' processes allocate
 differently before it (imports, tracing), so a generation-2 collection of the whole heap
 (about 50 ms at k = 9) may fall inside one tree's first call and just after the
@@ -29,9 +32,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from harness import checked_out  # noqa: E402
 
 
-def first_call(src: Path, contender: str, k: int, collect_first: bool = False) -> float:
+def first_call(src: Path, contender: str, k: int, flags: list[str]) -> dict:
+    """The worker's result for one first call: `first_call_s`, `full_collections_s` and,
+    with `--phases`, `trace_s`, `lower_s` and `compile_s`."""
     env = dict(os.environ, PYTHONPATH=str(src))
-    flags = ["--collect-first"] if collect_first else []
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "recursion.py"), contender, str(k), *flags],
         capture_output=True,
@@ -39,7 +43,13 @@ def first_call(src: Path, contender: str, k: int, collect_first: bool = False) -
         check=True,
         env=env,
     )
-    return json.loads(done.stdout.strip().splitlines()[-1])["first_call_s"]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _medians(results: list[dict]) -> str:
+    keys = ("full_collections_s", "trace_s", "lower_s", "compile_s", "steady_s")
+    keys = [k for k in keys if k in results[0]]
+    return ", ".join(f"{k[:-2]} {statistics.median(r[k] for r in results):.6f}" for k in keys)
 
 
 def main(argv=None) -> int:
@@ -53,21 +63,32 @@ def main(argv=None) -> int:
         action="store_true",
         help="a full garbage collection before each timed call (both trees)",
     )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="time the first call's stages (trace, lower, compile) apart",
+    )
     args = parser.parse_args(argv)
+    flags = [
+        f for f, on in (("--collect-first", args.collect_first), ("--phases", args.phases)) if on
+    ]
     with checked_out(args.base) as base_src:
         trees = {"head": ROOT / "src", args.base: base_src}
         for k in (int(k) for k in args.ks.split(",")):
             seen = {label: [] for label in trees}
             for _ in range(args.processes):
                 for label, src in trees.items():
-                    seen[label].append(first_call(src, "taylax", k, args.collect_first))
-            cells = ", ".join(
-                f"{label} {statistics.median(v):.2f} s (" + " ".join(f"{x:.2f}" for x in v) + ")"
-                for label, v in seen.items()
-            )
-            print(f"taylax k = {k}: {cells}", flush=True)
+                    seen[label].append(first_call(src, "taylax", k, flags))
+            for label, results in seen.items():
+                times = [r["first_call_s"] for r in results]
+                print(
+                    f"taylax k = {k}, {label}: {statistics.median(times):.2f} s ("
+                    + " ".join(f"{x:.2f}" for x in times)
+                    + f"); medians: {_medians(results)}",
+                    flush=True,
+                )
         jac = [
-            first_call(ROOT / "src", "jax", args.jacfwd_k, args.collect_first)
+            first_call(ROOT / "src", "jax", args.jacfwd_k, flags)["first_call_s"]
             for _ in range(args.processes)
         ]
         print(f"jax.jacfwd k = {args.jacfwd_k}: median {statistics.median(jac):.2f} s")
