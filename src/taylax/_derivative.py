@@ -116,21 +116,16 @@ def _small_values(program: Program, limit: int) -> bool:
 
 
 def _jaxprs_in_params(params) -> list:
-    found = []
-    for value in params.values():
-        for item in value if isinstance(value, (list, tuple)) else (value,):
-            if _compat.is_jaxpr(item):
-                found.append(_compat.open_jaxpr(item))
-            elif isinstance(item, Program):
-                found.append(_compat.open_jaxpr(item.closed))
-    return found
+    """An equation's sub-jaxprs, a nested derivative's program included."""
+    found = [_compat.open_jaxpr(v.closed) for v in params.values() if isinstance(v, Program)]
+    return found + [_compat.open_jaxpr(j) for j in _compat.jaxprs_in_params(params)]
 
 
 def _final_shapes_policy(program: Program):
     """The policy for evaluating `program` where its shapes are final (lowered, or
     compiled for an eager call; not under a transformation that batches it later): the
-    one in force, without rows where every value is small (`nested_rowless_max_elements`,
-    docs/DERIVATIVES.md)."""
+    one in force, without rows where every value is small (`nested_rowless_max_elements`;
+    docs/EMISSION.md, "Nested derivatives of small values")."""
     policy = _policy.current()
     limit = policy.nested_rowless_max_elements
     if limit is None or policy.rows_max_order == 0 or not _small_values(program, limit):
