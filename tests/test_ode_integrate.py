@@ -243,7 +243,9 @@ def test_the_default_order_is_jorba_and_zou_s(tol, order):
 
 def test_the_integrator_takes_the_default_order():
     ts, y0 = jnp.array([0.0, 3.0]), jnp.array([1.0, 0.0])
-    default = jax.jit(taylax.ode.integrate(oscillator, tol=1e-10))(ts, y0)
+    # A NumPy scalar tolerance is a tolerance too (a float32 one was refused before).
+    default = jax.jit(taylax.ode.integrate(oscillator, tol=np.float64(1e-10)))(ts, y0)
+    assert int(jax.jit(taylax.ode.integrate(oscillator, tol=np.float32(1e-6)))(ts, y0).steps)
     stated = jax.jit(taylax.ode.integrate(oscillator, tol=1e-10, order=13))(ts, y0)
     low = jax.jit(taylax.ode.integrate(oscillator, tol=1e-10, order=6))(ts, y0)
     assert int(default.steps) == int(stated.steps) != int(low.steps)
@@ -352,6 +354,8 @@ def test_a_batch_sharded_over_explicit_axes_gets_a_clear_error():
     [
         (lambda: taylax.ode.integrate(oscillator, max_steps=0), "`max_steps`"),
         (lambda: taylax.ode.integrate(oscillator, tol=2.0), "`tol`"),
+        (lambda: taylax.ode.integrate(oscillator, tol=True), "`tol`"),
+        (lambda: taylax.ode.integrate(oscillator, tol=np.float32(0.0)), "`tol`"),
         (lambda: taylax.ode.integrate(oscillator, order=1), "`order`"),
         (lambda: taylax.ode.integrate(oscillator, gradients="adjoint"), "`gradients`"),
         (

@@ -36,7 +36,7 @@ from ._coefficients import (
 )
 from ._events import Events, check_event
 from ._saved import WINDOW, save_window, saving_again, sorted_times, window_cotangents
-from ._tolerance import default_order
+from ._tolerance import check_tolerance, default_order
 
 
 class Solution(NamedTuple):
@@ -639,8 +639,8 @@ def integrate(
     """
     if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"`max_steps` must be a positive Python integer, got {max_steps!r}.")
-    if tol is not None and not (isinstance(tol, (int, float)) and 0 < tol < 1):
-        raise ValueError(f"`tol` must be a number between 0 and 1, got {tol!r}.")
+    if tol is not None:
+        check_tolerance(tol)
     if order is not None and (
         isinstance(order, bool) or not isinstance(order, (int, np.integer)) or order < 2
     ):

@@ -34,9 +34,15 @@ def default_order(tol: float) -> int:
 
     Raises `ValueError` for a tolerance outside (0, 1).
     """
+    check_tolerance(tol)
+    return max(2, math.ceil(-math.log(tol) / 2 + 1))
+
+
+def check_tolerance(tol) -> None:
+    """Raise a `ValueError` that names `tol` unless it is a real number in (0, 1) (a
+    Python or NumPy scalar)."""
     real = isinstance(tol, (int, float, np.integer, np.floating)) and not isinstance(tol, bool)
     if not real or not 0 < tol < 1:
         raise ValueError(
             f"`tol` must be a number between 0 and 1, got {tol!r}: pass a tolerance such as 1e-12."
         )
-    return max(2, math.ceil(-math.log(tol) / 2 + 1))
