@@ -36,7 +36,7 @@ import inspect
 import math
 import operator
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 
 import jax
@@ -97,28 +97,38 @@ def evaluate(*args, program: Program, orders: tuple[int, ...]):
 _EAGER_DERIVATIVES = ProgramCache()
 
 
+def sub_jaxprs(eqn: _compat.JaxprEqn) -> list[_compat.Jaxpr]:
+    """The sub-jaxprs of an equation, a derivative's program included."""
+    subs = [_compat.open_jaxpr(j) for j in _compat.jaxprs_in_params(eqn.params)]
+    if eqn.primitive is derivative_p:
+        subs.append(_compat.open_jaxpr(eqn.params["program"].closed))
+    return subs
+
+
+def distinct_jaxprs(jaxpr: _compat.Jaxpr) -> Iterator[_compat.Jaxpr]:
+    """`jaxpr` and every sub-jaxpr under it (`sub_jaxprs`), each distinct object once: a
+    sub-program reached from many call sites (each level of a jitted recursion reaches
+    the one below twice) is walked once."""
+    seen: set[int] = set()
+    stack = [jaxpr]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        for eqn in current.eqns:
+            stack.extend(sub_jaxprs(eqn))
+
+
 def _small_values(program: Program, limit: int) -> bool:
     """Whether every value of `program` (its inputs, and every equation's outputs in it
-    and its sub-programs, each walked once) has at most `limit` elements."""
-    seen: set[int] = set()
-    stack = [_compat.open_jaxpr(program.closed)]
-    while stack:
-        jaxpr = stack.pop()
-        if id(jaxpr) in seen:
-            continue
-        seen.add(id(jaxpr))
+    and its sub-programs) has at most `limit` elements."""
+    for jaxpr in distinct_jaxprs(_compat.open_jaxpr(program.closed)):
         values = [*jaxpr.invars, *(v for e in jaxpr.eqns for v in e.outvars)]
         if any(math.prod(getattr(v.aval, "shape", ())) > limit for v in values):
             return False
-        for eqn in jaxpr.eqns:
-            stack.extend(_jaxprs_in_params(eqn.params))
     return True
-
-
-def _jaxprs_in_params(params) -> list:
-    """An equation's sub-jaxprs, a nested derivative's program included."""
-    found = [_compat.open_jaxpr(v.closed) for v in params.values() if isinstance(v, Program)]
-    return found + [_compat.open_jaxpr(j) for j in _compat.jaxprs_in_params(params)]
 
 
 def _final_shapes_policy(program: Program):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import jax
 
 from . import _compat
-from ._derivative import derivative_p, evaluate_final
+from ._derivative import derivative_p, distinct_jaxprs, evaluate_final
 from ._rules._calls import jit_per_jaxpr
 
 _EXPANDED_JITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -77,31 +77,10 @@ def emitted_jaxpr(fun: Callable, *args) -> _compat.ClosedJaxpr:
     )
 
 
-def sub_jaxprs(eqn: _compat.JaxprEqn) -> list[_compat.Jaxpr]:
-    """The sub-jaxprs of an equation, a derivative's program included."""
-    subs = list(_compat.jaxprs_in_params(eqn.params))
-    if eqn.primitive is derivative_p:
-        subs.append(_compat.open_jaxpr(eqn.params["program"].closed))
-    return subs
-
-
 def count_unique_equations(closed: _compat.ClosedJaxpr) -> int:
     """Equations of a jaxpr and its sub-jaxprs, each distinct sub-jaxpr counted once.
 
     This is the size of what is traced and lowered (a `jit` sub-program is
     lowered once however many call sites it has).
     """
-    seen: set[int] = set()
-
-    def count(jaxpr: _compat.Jaxpr) -> int:
-        if id(jaxpr) in seen:
-            return 0
-        seen.add(id(jaxpr))
-        total = 0
-        for eqn in jaxpr.eqns:
-            total += 1
-            for sub in sub_jaxprs(eqn):
-                total += count(sub)
-        return total
-
-    return count(_compat.open_jaxpr(closed))
+    return sum(len(jaxpr.eqns) for jaxpr in distinct_jaxprs(_compat.open_jaxpr(closed)))
