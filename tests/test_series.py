@@ -167,14 +167,15 @@ def test_low_degree_recurrences_match_mpmath(name, order):
 def test_log_of_a_low_degree_argument_is_linear_in_the_order(log):
     # The argument keeps its degree (2): coefficient k of its division sums two terms, so
     # the products grow linearly in K and no loop appears up to the low-degree bound
-    # (zero-padded to K rows it summed k: 142 products at K = 16, a loop at 32).
+    # (zero-padded to K rows it summed k: 142 products at K = 16, a loop at 32). The
+    # integration's rows add one product per order (`_series.integrate`: 68 at K = 16).
     muls = {
         k: taylax.equation_counts(jax.make_jaxpr(taylax.derivatives(log, k))(0.3))
         for k in (8, 16, 32)
     }
     assert all(counts.get("while", 0) == 0 for counts in muls.values())
     assert muls[32]["mul"] - muls[16]["mul"] == 2 * (muls[16]["mul"] - muls[8]["mul"])
-    assert muls[16]["mul"] <= 4 * 16
+    assert muls[16]["mul"] <= 5 * 16
 
 
 def _summed_exps(t):

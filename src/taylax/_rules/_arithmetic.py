@@ -389,8 +389,8 @@ def log_series(c, y0, order: int):
     `x` keeps its own degree: over a polynomial of low degree (`log(1 + t^2)`) the
     division sums a few terms per coefficient (`_series.unrolled`), where a zero-padded
     divisor would sum k (docs/EMISSION.md, "The log1p chain at K = 16")."""
-    c = c[: order + 1]
-    g = _series.divide(_series.derivative_series(c), c[:order], order - 1)
+    c = _series.leading_rows(c, order + 1)
+    g = _series.divide(_series.derivative_series(c), _series.leading_rows(c, order), order - 1)
     return _series.integrate(g, y0, order)
 
 

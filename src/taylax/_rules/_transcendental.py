@@ -346,9 +346,11 @@ def _log_general(order, x):
 
 def _log1p_general(order, x):
     # `x` keeps its own degree, as in `log_series`.
-    c = x.coeffs[: order + 1]
+    c = _series.leading_rows(x.coeffs, order + 1)
     g = _series.divide(
-        _series.derivative_series(c), _series.with_primal(c, 1 + x.primal)[:order], order - 1
+        _series.derivative_series(c),
+        _series.leading_rows(_series.with_primal(c, 1 + x.primal), order),
+        order - 1,
     )
     return Series(_series.integrate(g, lax.log1p(x.primal), order))
 
@@ -386,7 +388,7 @@ def integral(x: Series, g, y0, order: int) -> Series:
     `x` keeps its own degree here and in the rules that call this: over a polynomial
     of low degree (`atan(t^2)`) the products and recurrences sum a few terms per
     coefficient, where a zero-padded `x` would sum k."""
-    c = x.coeffs[: order + 1]
+    c = _series.leading_rows(x.coeffs, order + 1)
     dg = _series.cauchy(_series.pad_degree(g, order - 1), _series.derivative_series(c), order - 1)
     return Series(_series.integrate(dg, y0, order))
 
@@ -406,7 +408,7 @@ def _inverse_trig(prim, sign_one, sign_sq, kind, scale=1.0):
         y0 = prim.bind(x.primal, **params)
         if order == 0:
             return Series.constant(y0)
-        c = x.coeffs[:order]
+        c = _series.leading_rows(x.coeffs, order)
         w = _one_plus(sign_one, sign_sq, c, order - 1)
         if kind == "rsqrt":
             g = _rsqrt_of(w, order - 1)
@@ -438,7 +440,7 @@ def _acosh(order, x, **params):
     y0 = lax.acosh_p.bind(x.primal, **params)
     if order == 0:
         return Series.constant(y0)
-    c = x.coeffs[:order]
+    c = _series.leading_rows(x.coeffs, order)
     roots = [_rsqrt_of(_series.with_primal(c, c[0] + shift), order - 1) for shift in (-1.0, 1.0)]
     return integral(x, _series.cauchy(roots[0], roots[1], order - 1), y0, order)
 
@@ -464,7 +466,7 @@ def _erf_like(prim, sign):
         y0 = prim.bind(x.primal, **params)
         if order == 0:
             return Series.constant(y0)
-        c = x.coeffs[:order]
+        c = _series.leading_rows(x.coeffs, order)
         z = -_series.cauchy(c, c, order - 1)
         (e,) = _series.linear_ode(z, [lax.exp(-x.primal * x.primal)], [[1]], order - 1)
         return integral(x, (sign * 2 / math.sqrt(math.pi)) * e, y0, order)

@@ -13,7 +13,6 @@ from ._coeffs import (
     conv_at as conv_at,
     degree_of as degree_of,
     derivative_scale as derivative_scale,
-    derivative_series as derivative_series,
     exact_float as exact_float,
     factorials as factorials,
     fori as fori,
@@ -77,6 +76,7 @@ from ._recurrences import (
     unrolled as unrolled,
 )
 from ._rows import (
+    derivative_series as derivative_series,
     fused_concat_max_operands as fused_concat_max_operands,
     has_buffer_rows as has_buffer_rows,
     has_separate_rows as has_separate_rows,

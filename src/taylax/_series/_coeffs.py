@@ -215,8 +215,9 @@ def zeros_series(shape, dtype, degree: int) -> Array:
     return jnp.zeros((degree + 1,) + tuple(shape), dtype)
 
 
-def derivative_series(c: Array) -> Array:
-    """Series of `dx/ds`: `(x')_m = (m+1) x_{m+1}`, degree one lower."""
+def derivative_stack(c: Array) -> Array:
+    """Series of `dx/ds`: `(x')_m = (m+1) x_{m+1}`, degree one lower, as one stacked
+    product (`taylax._series.derivative_series` keeps known rows)."""
     d = degree_of(c)
     if d == 0:
         return jnp.zeros_like(c)

@@ -24,7 +24,7 @@ from ._coeffs import (
     Array,
     as_real,
     degree_of,
-    derivative_series,
+    derivative_stack,
     fori,
     forward_source,
     fresh,
@@ -149,7 +149,7 @@ def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array
     span = blocked_span(order)
     x = jnp.broadcast_to(pad_degree(x, span), (span + 1,) + shape).astype(dtype)
     xs, jx = derivative_rows(x, dtype, recurrence_block() - 1)
-    source = forward_source(derivative_series(x), span, 1)
+    source = forward_source(derivative_stack(x), span, 1)
     ys = _blocked_rows(
         span,
         shape,

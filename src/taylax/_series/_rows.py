@@ -26,7 +26,7 @@ from jax import lax
 
 from .. import _policy
 from .._pass import in_loop_body
-from ._coeffs import Array, degree_of, orders, pad_degree, pad_degree_low
+from ._coeffs import Array, degree_of, derivative_stack, orders, pad_degree, pad_degree_low
 
 
 def with_primal(c: Array, primal: Array) -> Array:
@@ -50,10 +50,34 @@ def stack_primal(primal: Array, rest: Array) -> Array:
 
 
 def integrate(g: Array, y0: Array, degree: int) -> Array:
-    """Series `y` with `y_0 = y0` and `y' = g`: `y_k = g_{k-1} / k`."""
+    """Series `y` with `y_0 = y0` and `y' = g`: `y_k = g_{k-1} / k`.
+
+    Row by row where `g`'s rows are known (`known_rows`): one stacked division would
+    build `g`'s stack, under `vmap` a (points, coefficients) buffer whose readers take
+    its rows as strided columns (docs/EMISSION.md, "Stacks under vmap")."""
+    known = known_rows(g)
+    if known is not None:
+        shape = jnp.broadcast_shapes(g.shape[1:], jnp.shape(y0))
+        dtype = jnp.result_type(g, y0)
+        zero = jnp.zeros(shape, dtype)
+        rows = [y0] + [
+            known[k - 1] * (1.0 / k) if k <= len(known) else zero for k in range(1, degree + 1)
+        ]
+        return stack_rows_as(rows, shape, dtype)
     g = pad_degree(g, degree - 1)
     rest = g / orders(degree, g.ndim - 1, g.dtype)[1:]
     return stack_primal(y0, rest)
+
+
+def derivative_series(c: Array) -> Array:
+    """Series of `dx/ds`: `(x')_m = (m+1) x_{m+1}`, degree one lower; row by row where
+    `c`'s rows are known (`known_rows`), else one stacked product (`derivative_stack`)."""
+    known = known_rows(c)
+    if known is None or len(known) < 2:
+        return derivative_stack(c)
+    return stack_rows_as(
+        [known[m + 1] * float(m + 1) for m in range(len(known) - 1)], c.shape[1:], c.dtype
+    )
 
 
 def rows_of(c: Array, count: int) -> list[Array]:

@@ -1,0 +1,122 @@
+"""Stacks under `vmap`: which elementwise functions' compiled programs keep a
+(points, coefficients) buffer, and their steady state against `jax.experimental.jet`.
+
+Under `jax.vmap(taylax.derivatives(f, K))` a series built as one stacked array becomes a
+(points, K + 1) array, the points leading: XLA writes it point by point and its readers
+take each coefficient as a strided column. Rows kept apart (`taylax._series.known_rows`)
+stay (points,) arrays. For each function `u` of the list, applied along a line (`u(t)`)
+and to a series of full degree (`u(0.5 + 0.3 t sin t)`), this script compiles the
+`vmap` over `--audit-points` points and lists the buffers of that shape that are not the
+output, and the number of kernels. With `--time`, it also times each program against
+jet over `--points` points (float64, minimum over interleaved rounds; a function jet has
+no rule for reads `-`).
+
+    python benchmarks/point_major.py
+    python benchmarks/point_major.py --order 8 --time --functions log1p,atan2,pow2.5
+
+Run it in two checkouts (`PYTHONPATH=<tree>/src`) to compare them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+import jax
+import jax.numpy as jnp
+
+jax.config.update("jax_enable_x64", True)
+
+import taylax  # noqa: E402
+from bench_batched import interleaved_minimum, jet_chain, taylax_chain  # noqa: E402
+from harness import command_line  # noqa: E402
+
+FUNCTIONS = {
+    "exp": jnp.exp,
+    "log": jnp.log,
+    "log1p": jnp.log1p,
+    "sqrt": jnp.sqrt,
+    "sin": jnp.sin,
+    "tanh": jnp.tanh,
+    "logistic": jax.nn.sigmoid,
+    "atan": jnp.arctan,
+    "asin": jnp.arcsin,
+    "asinh": jnp.arcsinh,
+    "acosh": lambda x: jnp.arccosh(1 + x),
+    "atanh": jnp.arctanh,
+    "erf": jax.scipy.special.erf,
+    "erf_inv": jax.scipy.special.erfinv,
+    "recip": lambda x: 1 / x,
+    "pow3": lambda x: x**3,
+    "pow2.5": lambda x: x**2.5,
+    "atan2": lambda x: jnp.arctan2(x, 1 + x * x),
+    "gelu": jax.nn.gelu,
+}
+
+
+def general(t):
+    """A series of full degree with values in (0.2, 0.8), inside every function's domain."""
+    return 0.5 + 0.3 * jnp.sin(t) * t
+
+
+def point_major_buffers(f, order: int, points: int) -> tuple[list[str], int]:
+    """The (points, k > 1) buffers other than the output in `jax.vmap(derivatives(f,
+    order))`'s compiled program over `points` points, and its number of kernels."""
+    t = jnp.linspace(-0.9, 0.9, points)
+    text = jax.jit(jax.vmap(taylax.derivatives(f, order))).lower(t).compile().as_text()
+    entry = re.search(r"ENTRY.*?\n}", text, re.S).group(0)
+    found = []
+    for line in entry.splitlines():
+        m = re.match(rf"\s*(ROOT )?(%\S+) = \w+\[{points},(\d+)\]\{{1,0\}} (\w[\w-]*)", line)
+        if m and not m.group(1) and int(m.group(3)) > 1:
+            if m.group(4) not in ("parameter", "constant"):
+                found.append(f"{m.group(2)}[{m.group(3)}]")
+    kernels = len(re.findall(r"^\s*(?:ROOT )?%\S+ = \S+ fusion\(", entry, re.M))
+    return found, kernels
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--order", type=int, default=8)
+    parser.add_argument("--functions", default=",".join(FUNCTIONS))
+    parser.add_argument("--audit-points", type=int, default=4096)
+    parser.add_argument("--time", action="store_true")
+    parser.add_argument("--points", type=int, default=65536)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args(argv)
+    print(f"# {command_line(__file__, sys.argv[1:] if argv is None else argv)}")
+    print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}, float64, K = {args.order}\n")
+    head = "| function | input | kernels | (points, k) buffers |"
+    rule = "|---|---|---|---|"
+    if args.time:
+        head += " taylax ms | jet ms | taylax / jet |"
+        rule += "---|---|---|"
+    print(head + "\n" + rule, flush=True)
+    t = jnp.linspace(-0.9, 0.9, args.points)
+    for name in args.functions.split(","):
+        u = FUNCTIONS[name]
+        for label, f in (("line", u), ("series", lambda s, u=u: u(general(s)))):
+            found, kernels = point_major_buffers(f, args.order, args.audit_points)
+            row = f"| {name} | {label} | {kernels} | {' '.join(found) or '-'} |"
+            if args.time:
+                fns = {"taylax": taylax_chain(f, args.order)}
+                try:
+                    fns["jet"] = jet_chain(f, args.order)
+                    jax.block_until_ready(fns["jet"](t))
+                except (KeyError, NotImplementedError, TypeError):  # jet has no rule
+                    del fns["jet"]
+                ms = interleaved_minimum(
+                    fns, {k: (t,) for k in fns}, args.rounds, budget_s=15.0, calls=4
+                )
+                if "jet" in ms:
+                    ratio = f"{ms['taylax'] / ms['jet']:.2f}"
+                    row += f" {ms['taylax']:.2f} | {ms['jet']:.2f} | {ratio} |"
+                else:
+                    row += f" {ms['taylax']:.2f} | - | - |"
+            print(row, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
