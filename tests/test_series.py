@@ -98,7 +98,20 @@ def test_rule_on_full_series(name):
 # with rows of their own) and as loops above it. The table above runs unrolled (order 6);
 # these rules also run through their loops (forced at order 5 by setting both thresholds
 # to 0; a different order, so no cached program is reused).
-LOOP_CASES = ("exp", "sin", "tanh", "log", "sqrt", "pow_2.5", "reciprocal", "div", "atan", "mul")
+LOOP_CASES = (
+    "exp",
+    "sin",
+    "tanh",
+    "log",
+    "sqrt",
+    "pow_2.5",
+    "reciprocal",
+    "div",
+    "atan",
+    "mul",
+    "erf_inv",
+    "atan2",
+)
 
 
 @pytest.mark.parametrize("name", LOOP_CASES)
@@ -128,6 +141,14 @@ LOW_DEGREE = {
     # So do powers and the integrals (atan, acosh, erf: `y' = g(x) x'`).
     "(1+t^2)^1.5": (lambda t: (1 + t * t) ** 1.5, lambda t: (1 + t**2) ** 1.5),
     "atan(t^2)": (lambda t: jnp.arctan(t * t), lambda t: mpmath.atan(t**2)),
+    # Singularities far from both points: `atan2(t^2, 1 + t)` at -1.3 and `erfinv(t / 2)`
+    # read 4e-14 of the largest coefficient past order 15, in the forms before the
+    # current ones too.
+    "atan2(t^2, 3+t)": (
+        lambda t: jnp.arctan2(t * t, 3 + t),
+        lambda t: mpmath.atan2(t**2, 3 + t),
+    ),
+    "erfinv(t/3)": (lambda t: jsp.erfinv(t / 3), lambda t: mpmath.erfinv(t / 3)),
     "acosh(2+t^2)": (lambda t: jnp.arccosh(2 + t * t), lambda t: mpmath.acosh(2 + t**2)),
     "erf(t^2/2)": (lambda t: jsp.erf(t * t / 2), lambda t: mpmath.erf(t**2 / 2)),
     "sqrt(1+t^2) exp(sin t)": (
@@ -176,6 +197,31 @@ def test_log_of_a_low_degree_argument_is_linear_in_the_order(log):
     assert all(counts.get("while", 0) == 0 for counts in muls.values())
     assert muls[32]["mul"] - muls[16]["mul"] == 2 * (muls[16]["mul"] - muls[8]["mul"])
     assert muls[16]["mul"] <= 5 * 16
+
+
+def test_erf_inv_runs_unrolled_and_loops_past_the_unrolled_orders():
+    # It ran its recurrence in a loop at every order: a `scan` over (points, K + 1)
+    # stacks under vmap, 11.6x jet at K = 8 (docs/EMISSION.md, "Stacks under vmap").
+    def counts(k):
+        return taylax.equation_counts(jax.make_jaxpr(taylax.derivatives(jsp.erfinv, k))(0.3))
+
+    unrolled = taylax.CPU.unroll_max_order
+    assert counts(8).get("scan", 0) == 0 and counts(unrolled).get("scan", 0) == 0
+    assert counts(unrolled + 1).get("scan", 0) == 1
+
+
+def test_atan2_along_a_line_is_linear_in_the_order():
+    # Its arguments keep their own degree (1 and 2): padded to full degree, the products
+    # and the division summed k terms per coefficient (536 equations at K = 8, not 139).
+    def f(t):
+        return jnp.arctan2(t, 1 + t * t)
+
+    muls = {
+        k: taylax.equation_counts(jax.make_jaxpr(taylax.derivatives(f, k))(0.3))["mul"]
+        for k in (8, 16, 32)
+    }
+    assert muls[32] - muls[16] == 2 * (muls[16] - muls[8])
+    assert muls[16] <= 8 * 16
 
 
 def _summed_exps(t):

@@ -448,17 +448,40 @@ def _acosh(order, x, **params):
 @register_rule(lax.atan2_p)
 @over_element_chunks
 def _atan2(order, y, x, **params):
+    """`atan2(y, x)' = (x y' - y x') / (x^2 + y^2)`, integrated. Each argument keeps its
+    own degree and rows: along a line (`atan2(t, 1 + t^2)`) the products and the
+    division sum a few terms per coefficient, where arguments padded to full degree
+    summed k, and stacks under `vmap` became (points, K) buffers."""
     z0 = lax.atan2(y.primal, x.primal)
     ndim = len(jnp.shape(z0))
-    cy = _series.pad_degree(_series.lift(y.coeffs, ndim), order)
-    cx = _series.pad_degree(_series.lift(x.coeffs, ndim), order)
+    cy = _series.leading_rows(_series.lift(y.coeffs, ndim), order + 1)
+    cx = _series.leading_rows(_series.lift(x.coeffs, ndim), order + 1)
     low = order - 1
-    num = _series.cauchy(cx[:order], _series.derivative_series(cy), low) - _series.cauchy(
-        cy[:order], _series.derivative_series(cx), low
+    lx, ly = _series.leading_rows(cx, order), _series.leading_rows(cy, order)
+    num = _combined(
+        _series.cauchy(lx, _series.derivative_series(cy), low),
+        _series.cauchy(ly, _series.derivative_series(cx), low),
+        -1.0,
     )
-    den = _series.cauchy(cx[:order], cx[:order], low) + _series.cauchy(cy[:order], cy[:order], low)
+    den = _combined(_series.cauchy(lx, lx, low), _series.cauchy(ly, ly, low), 1.0)
     g = _series.divide(num, den, low)
     return Series(_series.integrate(g, z0, order))
+
+
+def _combined(a, b, sign: float):
+    """`a + sign b` for stacked series of possibly different degrees: row by row where
+    both have known rows (`_series.known_rows`), else padded to the higher degree."""
+    ra, rb = _series.known_rows(a), _series.known_rows(b)
+    if ra is not None and rb is not None:
+        rows = []
+        for k in range(max(len(ra), len(rb))):
+            p = ra[k] if k < len(ra) else None
+            q = rb[k] if k < len(rb) else None
+            q = None if q is None else (q if sign == 1.0 else -q)
+            rows.append(q if p is None else p if q is None else p + q)
+        return _series.stack_rows(rows)
+    degree = max(_series.degree_of(a), _series.degree_of(b))
+    return _series.pad_degree(a, degree) + sign * _series.pad_degree(b, degree)
 
 
 def _erf_like(prim, sign):
@@ -481,9 +504,14 @@ _erf_like(lax.erfc_p, -1.0)
 @register_rule(lax.erf_inv_p)
 @over_element_chunks
 def _erf_inv(order, x, **params):
-    # y' = x' * c * w with w = exp(q), q = y^2, all filled one coefficient per step.
-    c = _full(x, order)
+    """Row by row at unrolled orders (`_series.erf_inv`); past them, `y' = x' c w` with
+    `w = exp(q)`, `q = y^2`, all filled one coefficient per step of a loop."""
     y0 = lax.erf_inv(x.primal)
+    # Not the low-degree bound of `unrolled`: `q` and `w` have full degree whatever `x`'s,
+    # so each of their rows sums k terms even along a line.
+    if order and _series.unrolled(order):
+        return Series(_series.erf_inv(x.coeffs, y0, order))
+    c = _full(x, order)
     scale = math.sqrt(math.pi) / 2
     u_source = _series.reversed_window_source(_series.derivative_series(c), order)
     ms = _series.orders(order, c.ndim - 1, c.dtype)

@@ -64,6 +64,7 @@ from ._recurrences import (
     blocked_span as blocked_span,
     compose as compose,
     divide as divide,
+    erf_inv as erf_inv,
     linear_ode as linear_ode,
     logistic as logistic,
     logistic_slope as logistic_slope,

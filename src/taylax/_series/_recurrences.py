@@ -13,6 +13,7 @@ which XLA:CPU runs an order of magnitude slower for arrays.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import jax.numpy as jnp
@@ -452,6 +453,41 @@ def _riccati(x: Array, y0, slope, linear: float, order: int, rows_once: bool) ->
             # Not computed once: a few products that XLA fuses into the next row, cheaper
             # than a buffer written and read back (docs/EMISSION.md, "Recurrences").
             zs.append(-total)
+    return stack_rows_as(ys, shape, dtype)
+
+
+def erf_inv(x: Array, y0: Array, order: int) -> Array:
+    """`y = erfinv(x)` unrolled, from its inverse-function equation `y' = c w x'` with
+    `c = sqrt(pi) / 2`, `w = exp(q)` and `q = y^2`:
+
+    `k y_k = c sum_{j=1..k} j x_j w_{k-j}`, `q_m = sum_{i<=m} y_i y_{m-i}` and
+    `k w_k = sum_{j=1..k} j q_j w_{k-j}`.
+
+    The rows of `y` and `w` are computed once; those of `q` (a few products, folded by
+    the square's symmetry) fuse into the rows of `w` that read them, as `_riccati`'s
+    slope does. The loop form this replaces at unrolled orders kept (points, K + 1)
+    stacks under `vmap` (docs/EMISSION.md, "Stacks under vmap").
+    """
+    dtype = jnp.result_type(x, y0)
+    shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(y0))
+    xs, jx = derivative_rows(x, dtype, order)
+    one = opaque_one(xs[0])
+    c = math.sqrt(math.pi) / 2
+    y0 = jnp.asarray(y0, dtype)
+    ys = [computed_once(y0, one)]
+    ws = [computed_once(lax.exp(y0 * y0), one)]
+    jq: list = [None]  # m q_m
+    for k in range(1, order + 1):
+        acc = dot_rows((jx[j], ws[k - j]) for j in range(1, k + 1))
+        ys.append(jnp.zeros(shape, dtype) if acc is None else computed_once(acc * (c / k), one))
+        if k == order:
+            break
+        q = 2 * ys[0] * ys[k]
+        for term in folded_square_terms(ys, k):
+            q = q + term
+        jq.append(q * float(k))
+        acc = dot_rows((jq[j], ws[k - j]) for j in range(1, k + 1))
+        ws.append(jnp.zeros(shape, dtype) if acc is None else computed_once(acc / float(k), one))
     return stack_rows_as(ys, shape, dtype)
 
 
