@@ -1,5 +1,5 @@
 """Stacks under `vmap`: which elementwise functions' compiled programs keep a
-(points, coefficients) buffer, and their steady state against `jax.experimental.jet`.
+(points, coefficients) buffer, and their steady state against jet and nested jvp.
 
 Under `jax.vmap(taylax.derivatives(f, K))` a series built as one stacked array becomes a
 (points, K + 1) array, the points leading: XLA writes it point by point and its readers
@@ -9,7 +9,7 @@ and to a series of full degree (`u(0.5 + 0.3 t sin t)`), this script compiles th
 `vmap` over `--audit-points` points and lists the buffers of that shape that are not the
 output, and the number of kernels. With `--time`, it also times each program against
 jet over `--points` points (float64, minimum over interleaved rounds; a function jet has
-no rule for reads `-`).
+no rule for reads `-`) and nested `jax.jvp` on the whole array.
 
     python benchmarks/point_major.py
     python benchmarks/point_major.py --order 8 --time --functions log1p,atan2,pow2.5
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 jax.config.update("jax_enable_x64", True)
 
 import taylax  # noqa: E402
-from bench_batched import interleaved_minimum, jet_chain, taylax_chain  # noqa: E402
+from bench_batched import interleaved_minimum, jet_chain, nested_chain, taylax_chain  # noqa: E402
 from harness import command_line  # noqa: E402
 
 FUNCTIONS = {
@@ -52,6 +52,9 @@ FUNCTIONS = {
     "pow2.5": lambda x: x**2.5,
     "atan2": lambda x: jnp.arctan2(x, 1 + x * x),
     "gelu": jax.nn.gelu,
+    "softplus": jax.nn.softplus,
+    "log_sigmoid": jax.nn.log_sigmoid,
+    "logaddexp": lambda x: jnp.logaddexp(x, 0.5 * x * x),
 }
 
 
@@ -90,8 +93,8 @@ def main(argv=None) -> int:
     head = "| function | input | kernels | (points, k) buffers |"
     rule = "|---|---|---|---|"
     if args.time:
-        head += " taylax ms | jet ms | taylax / jet |"
-        rule += "---|---|---|"
+        head += " taylax ms | jet ms | nested jvp ms | taylax / jet | taylax / nested jvp |"
+        rule += "---|---|---|---|---|"
     print(head + "\n" + rule, flush=True)
     t = jnp.linspace(-0.9, 0.9, args.points)
     for name in args.functions.split(","):
@@ -100,20 +103,21 @@ def main(argv=None) -> int:
             found, kernels = point_major_buffers(f, args.order, args.audit_points)
             row = f"| {name} | {label} | {kernels} | {' '.join(found) or '-'} |"
             if args.time:
-                fns = {"taylax": taylax_chain(f, args.order)}
+                fns = {"taylax": taylax_chain(f, args.order), "nested": nested_chain(f, args.order)}
                 try:
                     fns["jet"] = jet_chain(f, args.order)
                     jax.block_until_ready(fns["jet"](t))
-                except (KeyError, NotImplementedError, TypeError):  # jet has no rule
+                except Exception:  # jet has no rule (a KeyError, or a custom_jvp it trips on)
                     del fns["jet"]
                 ms = interleaved_minimum(
                     fns, {k: (t,) for k in fns}, args.rounds, budget_s=15.0, calls=4
                 )
-                if "jet" in ms:
-                    ratio = f"{ms['taylax'] / ms['jet']:.2f}"
-                    row += f" {ms['taylax']:.2f} | {ms['jet']:.2f} | {ratio} |"
-                else:
-                    row += f" {ms['taylax']:.2f} | - | - |"
+                jet = f"{ms['jet']:.2f}" if "jet" in ms else "-"
+                to_jet = f"{ms['taylax'] / ms['jet']:.2f}" if "jet" in ms else "-"
+                row += (
+                    f" {ms['taylax']:.2f} | {jet} | {ms['nested']:.2f} | {to_jet} | "
+                    f"{ms['taylax'] / ms['nested']:.2f} |"
+                )
             print(row, flush=True)
     return 0
 

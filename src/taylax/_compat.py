@@ -599,3 +599,20 @@ def checkify_jaxpr(closed: ClosedJaxpr, enabled_errors, error, *args):
     from jax._src import checkify as _checkify
 
     return _checkify.checkify_jaxpr(closed, enabled_errors, error, *args)
+
+
+def custom_jvp_rule_function(jvp_jaxpr_fun):
+    """The user's jvp rule function behind a `custom_jvp_call` (see `custom_jvp_rule_key`),
+    or None where this JAX lays the thunk out otherwise."""
+    key = custom_jvp_rule_key(jvp_jaxpr_fun)
+    return None if key is None else key[1]
+
+
+def logaddexp_jvp_rule():
+    """JAX's own jvp rule of `jnp.logaddexp` (behind `jax.nn.softplus` and
+    `jax.nn.log_sigmoid`), or None where this JAX keeps it elsewhere."""
+    try:
+        from jax._src.lax.other import _logaddexp_jvp
+    except ImportError:  # pragma: no cover - a JAX that moved it: the rule as written
+        return None
+    return _logaddexp_jvp

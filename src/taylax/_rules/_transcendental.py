@@ -458,30 +458,14 @@ def _atan2(order, y, x, **params):
     cx = _series.leading_rows(_series.lift(x.coeffs, ndim), order + 1)
     low = order - 1
     lx, ly = _series.leading_rows(cx, order), _series.leading_rows(cy, order)
-    num = _combined(
+    num = _series.sum_series(
         _series.cauchy(lx, _series.derivative_series(cy), low),
         _series.cauchy(ly, _series.derivative_series(cx), low),
         -1.0,
     )
-    den = _combined(_series.cauchy(lx, lx, low), _series.cauchy(ly, ly, low), 1.0)
+    den = _series.sum_series(_series.cauchy(lx, lx, low), _series.cauchy(ly, ly, low), 1.0)
     g = _series.divide(num, den, low)
     return Series(_series.integrate(g, z0, order))
-
-
-def _combined(a, b, sign: float):
-    """`a + sign b` for stacked series of possibly different degrees: row by row where
-    both have known rows (`_series.known_rows`), else padded to the higher degree."""
-    ra, rb = _series.known_rows(a), _series.known_rows(b)
-    if ra is not None and rb is not None:
-        rows = []
-        for k in range(max(len(ra), len(rb))):
-            p = ra[k] if k < len(ra) else None
-            q = rb[k] if k < len(rb) else None
-            q = None if q is None else (q if sign == 1.0 else -q)
-            rows.append(q if p is None else p if q is None else p + q)
-        return _series.stack_rows(rows)
-    degree = max(_series.degree_of(a), _series.degree_of(b))
-    return _series.pad_degree(a, degree) + sign * _series.pad_degree(b, degree)
 
 
 def _erf_like(prim, sign):

@@ -92,6 +92,7 @@ from ._rows import (
     stack_primal as stack_primal,
     stack_rows as stack_rows,
     stack_rows_as as stack_rows_as,
+    sum_series as sum_series,
     with_known_rows as with_known_rows,
     with_primal as with_primal,
 )

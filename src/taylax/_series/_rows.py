@@ -80,6 +80,23 @@ def derivative_series(c: Array) -> Array:
     )
 
 
+def sum_series(a: Array, b: Array, sign: float = 1.0) -> Array:
+    """`a + sign b` for stacked series of possibly different degrees: row by row where
+    both have known rows (`known_rows`), so that no (points, K) stack is built under
+    `vmap`; else padded to the higher degree."""
+    ra, rb = known_rows(a), known_rows(b)
+    if ra is None or rb is None:
+        degree = max(degree_of(a), degree_of(b))
+        return pad_degree(a, degree) + sign * pad_degree(b, degree)
+    rows = []
+    for k in range(max(len(ra), len(rb))):
+        p = ra[k] if k < len(ra) else None
+        q = rb[k] if k < len(rb) else None
+        q = None if q is None else (q if sign == 1.0 else sign * q)
+        rows.append(q if p is None else p if q is None else p + q)
+    return stack_rows(rows)
+
+
 def rows_of(c: Array, count: int) -> list[Array]:
     """The first `count` coefficients of a stacked array, as a list (None past its degree).
 
