@@ -55,6 +55,7 @@ FUNCTIONS = {
     "softplus": jax.nn.softplus,
     "log_sigmoid": jax.nn.log_sigmoid,
     "logaddexp": lambda x: jnp.logaddexp(x, 0.5 * x * x),
+    "logaddexp2": lambda x: jnp.logaddexp2(x, 0.0),
 }
 
 

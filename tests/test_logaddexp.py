@@ -1,5 +1,6 @@
-"""`jnp.logaddexp` (softplus, log_sigmoid) in one pass (`taylax._rules._logaddexp`),
-against nested jvp through JAX's own rule: ties, arguments far apart, infinities."""
+"""`jnp.logaddexp` (softplus, log_sigmoid) and `jnp.logaddexp2` in one pass
+(`taylax._rules._logaddexp`), against nested jvp through JAX's own rules: ties,
+arguments far apart, infinities."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ CASES = {
     "plus_inf_constant": (lambda x: jnp.logaddexp(jnp.sin(x), jnp.inf), (-0.4, 0.8)),
     "minus_inf": (lambda x: jnp.logaddexp(-jnp.inf + 0.0 * x, jnp.sin(x)), (-0.4, 0.8)),
     "both_minus_inf": (lambda x: jnp.logaddexp(-jnp.inf + 0.0 * x, -jnp.inf + x), (0.3,)),
+    "base_2": (lambda x: jnp.logaddexp2(jnp.sin(x), x * x), (-1.3, 0.2, 0.9)),
+    "base_2_tie": (lambda x: jnp.logaddexp2(x, 2.0 - x), (1.0,)),
+    "base_2_plus_inf": (lambda x: jnp.logaddexp2(jnp.inf + 0.0 * x, jnp.sin(x)), (-0.4, 0.8)),
     "broadcast": (
         lambda x: jnp.logaddexp(x[:, None] * jnp.asarray([1.0, -2.0]), jnp.cos(x)[:, None]),
         (-0.6, 0.5),
@@ -68,10 +72,11 @@ def test_under_vmap_and_jit():
     np.testing.assert_allclose(np.asarray(got).T, want, rtol=1e-10, atol=1e-12)
 
 
-def test_one_pass_not_one_per_order():
-    # JAX's rule reads the function's own output: followed as written, each order's
-    # tangent called logaddexp again one order lower (10 custom_jvp calls and 1,237
-    # equations at K = 8). Now: the primal's call and `derivatives`' own wrapper.
+@pytest.mark.parametrize("f", [jax.nn.softplus, lambda x: jnp.logaddexp2(x, 0.3 * x)])
+def test_one_pass_not_one_per_order(f):
+    # JAX's rules read the function's own output: followed as written, each order's
+    # tangent called logaddexp again one order lower (softplus: 10 custom_jvp calls and
+    # 1,237 equations at K = 8). Now: the primal's call and `derivatives`' own wrapper.
     for k in (2, 8):
-        counts = taylax.equation_counts(jax.make_jaxpr(taylax.derivatives(jax.nn.softplus, k))(0.3))
+        counts = taylax.equation_counts(jax.make_jaxpr(taylax.derivatives(f, k))(0.3))
         assert counts["custom_jvp_call"] == 2, (k, counts)

@@ -608,11 +608,12 @@ def custom_jvp_rule_function(jvp_jaxpr_fun):
     return None if key is None else key[1]
 
 
-def logaddexp_jvp_rule():
-    """JAX's own jvp rule of `jnp.logaddexp` (behind `jax.nn.softplus` and
-    `jax.nn.log_sigmoid`), or None where this JAX keeps it elsewhere."""
+def logaddexp_jvp_rules() -> dict:
+    """JAX's own jvp rules of `jnp.logaddexp` (behind `jax.nn.softplus` and
+    `jax.nn.log_sigmoid`) and `jnp.logaddexp2`, by the base of their exponentials (`e`,
+    2); empty where this JAX keeps them elsewhere."""
     try:
-        from jax._src.lax.other import _logaddexp_jvp
-    except ImportError:  # pragma: no cover - a JAX that moved it: the rule as written
-        return None
-    return _logaddexp_jvp
+        from jax._src.lax.other import _logaddexp2_jvp, _logaddexp_jvp
+    except ImportError:  # pragma: no cover - a JAX that moved them: the rules as written
+        return {}
+    return {_logaddexp_jvp: "e", _logaddexp2_jvp: 2}

@@ -1,4 +1,5 @@
-"""`jnp.logaddexp` (softplus, log_sigmoid) in one pass, as nested jvp computes it.
+"""`jnp.logaddexp` (softplus, log_sigmoid) and `jnp.logaddexp2` in one pass, as nested
+jvp computes them.
 
 JAX defines `logaddexp` with a custom jvp rule whose tangent reads the function's own
 output:
@@ -18,9 +19,15 @@ under `vmap` that ran 6.6x nested jvp on `jax.nn.log_sigmoid` (docs/EMISSION.md,
   an argument at `+inf`, its exponential for a finite one (`exp(x2) x2'` for
   `logaddexp(+inf, x2)`, as JAX's rule gives). Those exponentials are built only for an
   argument whose partner may be `+inf`: not for softplus's constant 0.
+
+`logaddexp2`'s rule is the same with `exp2`: its weights are `logistic((x1 - x2) ln 2)`
+and `2^(r(x_i)) = exp(r(x_i) ln 2)`.
 """
 
 from __future__ import annotations
+
+import functools
+import math
 
 import jax.numpy as jnp
 import numpy as np
@@ -33,23 +40,27 @@ from .._series import Series
 
 def rule_for(jvp_jaxpr_fun):
     """This module's series rule for a `custom_jvp_call` whose jvp rule it knows, or None."""
-    known = _compat.logaddexp_jvp_rule()
-    if known is None or _compat.custom_jvp_rule_function(jvp_jaxpr_fun) is not known:
-        return None
-    return logaddexp
+    base = _compat.logaddexp_jvp_rules().get(_compat.custom_jvp_rule_function(jvp_jaxpr_fun))
+    return None if base is None else functools.partial(logaddexp, base=base)
 
 
-def logaddexp(order: int, x1: Series, x2: Series) -> Series | None:
-    """The series of `jnp.logaddexp(x1, x2)` to `order` (see the module docstring); None
-    for complex or constant arguments, which take the rule as written."""
+def logaddexp(order: int, x1: Series, x2: Series, base="e") -> Series | None:
+    """The series of `jnp.logaddexp(x1, x2)` (`base="e"`) or `jnp.logaddexp2(x1, x2)`
+    (`base=2`: every exponential in base 2, `2^u = exp(u ln 2)`) to `order` (see the
+    module docstring); None for complex or constant arguments, which take the rule as
+    written."""
     dtype = jnp.result_type(x1.dtype, x2.dtype)
     if not jnp.issubdtype(dtype, np.floating) or (x1.is_constant and x2.is_constant):
         return None
-    y0 = jnp.logaddexp(jnp.asarray(x1.primal, dtype), jnp.asarray(x2.primal, dtype))
+    primal = jnp.logaddexp if base == "e" else jnp.logaddexp2
+    ln_base = 1.0 if base == "e" else math.log(2.0)
+    y0 = primal(jnp.asarray(x1.primal, dtype), jnp.asarray(x2.primal, dtype))
     shape = jnp.shape(y0)
     low = order - 1
     c1, c2 = (_coeffs(x, shape, dtype) for x in (x1, x2))
-    weight = taylor_rules[lax.logistic_p](low, Series(_sum(c1, c2, -1.0))).coeffs
+    difference = _sum(c1, c2, -1.0)
+    difference = difference if base == "e" else difference * ln_base
+    weight = taylor_rules[lax.logistic_p](low, Series(difference)).coeffs
     slopes = [
         None if x.is_constant else _series.derivative_series(c) for x, c in ((x1, c1), (x2, c2))
     ]
@@ -64,7 +75,9 @@ def logaddexp(order: int, x1: Series, x2: Series) -> Series | None:
     for c, slope, partner in ((c1, slopes[0], x2), (c2, slopes[1], x1)):
         if slope is None or not _may_be_infinite(partner):
             continue  # where y_0 = +inf, this argument is the infinite one: a_i = 1, as above
-        a = taylor_rules[lax.exp_p](low, Series(_finite_part(c, low)))
+        finite = _finite_part(c, low)
+        finite = finite if base == "e" else finite * ln_base
+        a = taylor_rules[lax.exp_p](low, Series(finite))
         term = _series.cauchy(a.coeffs, slope, low)
         at_infinity = term if at_infinity is None else _sum(at_infinity, term)
     if at_infinity is not None:
