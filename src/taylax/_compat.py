@@ -8,6 +8,8 @@ JAX upgrade touches only this file.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.extend.core as jex_core
 import jax.extend.core.primitives as jex_prims
@@ -608,6 +610,7 @@ def custom_jvp_rule_function(jvp_jaxpr_fun):
     return None if key is None else key[1]
 
 
+@functools.cache
 def logaddexp_jvp_rules() -> dict:
     """JAX's own jvp rules of `jnp.logaddexp` (behind `jax.nn.softplus` and
     `jax.nn.log_sigmoid`) and `jnp.logaddexp2`, by the base of their exponentials (`e`,

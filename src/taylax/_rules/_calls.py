@@ -133,8 +133,9 @@ def _custom_jvp_call(order, *xs, call_jaxpr, jvp_jaxpr_fun, num_consts, symbolic
     # Some input carries a series, so order >= 1 (order 0 never reaches a rule).
     low = order - 1
     args = xs[num_consts:]
-    known = _logaddexp.rule_for(jvp_jaxpr_fun)
-    out = None if known is None or len(args) != 2 else known(order, *args)
+    # Two arguments first: the rule's identity is looked up only where it can match.
+    known = _logaddexp.rule_for(jvp_jaxpr_fun) if len(args) == 2 else None
+    out = None if known is None else known(order, *args)
     if out is not None:  # one pass instead of the rule's K nested ones (`_logaddexp`)
         return [out]
     if symbolic_zeros:
