@@ -164,12 +164,10 @@ def custom_jvp_rule_key(jvp_jaxpr_fun):
     # `lu.WrappedFun` of the user's rule. Its `_flatten_jvp` transformation also holds an
     # output-type thunk (a fresh lambda) determined by the primal jaxpr, which is keyed
     # separately, so it is left out.
-    def cells(fn) -> dict:
-        names = fn.__code__.co_freevars
-        return {n: c.cell_contents for n, c in zip(names, fn.__closure__ or ())}
-
+    jvp = _custom_jvp_wrapped_rule(jvp_jaxpr_fun)
+    if jvp is None:
+        return None
     try:
-        jvp = cells(cells(jvp_jaxpr_fun.f)["fn"])["jvp"]
         transforms = tuple(
             (gen, tuple(a for a in args if not _is_out_type_thunk(a)))
             for gen, args in jvp.transforms
@@ -179,6 +177,22 @@ def custom_jvp_rule_key(jvp_jaxpr_fun):
     except Exception:  # a JAX version with another layout: callers key by identity
         return None
     return key
+
+
+def _custom_jvp_wrapped_rule(jvp_jaxpr_fun):
+    """The `lu.WrappedFun` of the user's rule behind a `custom_jvp_call`'s thunk, or None
+    where this JAX lays it out otherwise (see `custom_jvp_rule_key`)."""
+
+    def cells(fn) -> dict:
+        names = fn.__code__.co_freevars
+        return {n: c.cell_contents for n, c in zip(names, fn.__closure__ or ())}
+
+    try:
+        jvp = cells(cells(jvp_jaxpr_fun.f)["fn"])["jvp"]
+        jvp.f  # noqa: B018 - a WrappedFun, or this layout is not JAX's
+    except Exception:
+        return None
+    return jvp
 
 
 def _is_out_type_thunk(a) -> bool:
@@ -605,9 +619,10 @@ def checkify_jaxpr(closed: ClosedJaxpr, enabled_errors, error, *args):
 
 def custom_jvp_rule_function(jvp_jaxpr_fun):
     """The user's jvp rule function behind a `custom_jvp_call` (see `custom_jvp_rule_key`),
-    or None where this JAX lays the thunk out otherwise."""
-    key = custom_jvp_rule_key(jvp_jaxpr_fun)
-    return None if key is None else key[1]
+    or None where this JAX lays the thunk out otherwise. Found also where the rule has
+    static arguments that make no key (`jax.scipy.special.log_ndtr`'s `series_order`)."""
+    jvp = _custom_jvp_wrapped_rule(jvp_jaxpr_fun)
+    return None if jvp is None else jvp.f
 
 
 @functools.cache
@@ -623,6 +638,26 @@ def logaddexp_jvp_rules() -> dict:
     rules = {
         getattr(other, "_logaddexp_jvp", None): "e",
         getattr(other, "_logaddexp2_jvp", None): 2,
+    }
+    rules.pop(None, None)
+    return rules
+
+
+@functools.cache
+def own_output_jvp_rules() -> dict:
+    """JAX's jvp rules of the one-argument special functions whose tangent reads the
+    function's own output, by name: `erfcx` (real arguments), `wofz` (behind complex
+    `erfcx`), `dawsn` and `log_ndtr`; those this JAX lacks (0.9 has neither `erfcx` nor
+    `dawsn`) or keeps elsewhere are left out, and take their rule as written."""
+    try:
+        from jax._src.scipy import special
+    except ImportError:  # pragma: no cover - a JAX that moved them
+        return {}
+    rules = {
+        getattr(getattr(special, "_erfcx", None), "jvp", None): "erfcx",
+        getattr(getattr(special, "_wofz", None), "jvp", None): "wofz",
+        getattr(getattr(special, "_dawsn", None), "jvp", None): "dawsn",
+        getattr(special, "_log_ndtr_jvp", None): "log_ndtr",
     }
     rules.pop(None, None)
     return rules

@@ -21,7 +21,7 @@ from .. import _compat, _pass, _policy
 from .._fallback import fallback_p, impl_jaxpr, is_overflow_safe
 from .._interpret import eval_jaxpr_series, register_rule
 from .._series import Series, derivative_series, integrate
-from . import _logaddexp
+from . import _logaddexp, _own_output
 
 _TRANSFORMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -129,15 +129,13 @@ def _custom_jvp_call(order, *xs, call_jaxpr, jvp_jaxpr_fun, num_consts, symbolic
         # derivative only in reverse mode, so the pass itself is carried (as before the
         # rule, and without tracing the linear map it builds).
         return eval_jaxpr_series(*_compat.closed_parts(call_jaxpr), xs, order)
-    del call_jaxpr  # the rule's own primal outputs are what nested jvp returns
     # Some input carries a series, so order >= 1 (order 0 never reaches a rule).
     low = order - 1
     args = xs[num_consts:]
-    # Two arguments first: the rule's identity is looked up only where it can match.
-    known = _logaddexp.rule_for(jvp_jaxpr_fun) if len(args) == 2 else None
-    out = None if known is None else known(order, *args)
-    if out is not None:  # one pass instead of the rule's K nested ones (`_logaddexp`)
+    out = _one_pass(order, jvp_jaxpr_fun, call_jaxpr, xs[:num_consts], args)
+    if out is not None:  # one pass instead of the rule's K nested ones
         return [out]
+    del call_jaxpr  # the rule's own primal outputs are what nested jvp returns
     if symbolic_zeros:
         zero_tangent = [x.is_constant or not jnp.issubdtype(x.dtype, np.inexact) for x in args]
     else:
@@ -167,6 +165,24 @@ def _custom_jvp_call(order, *xs, call_jaxpr, jvp_jaxpr_fun, num_consts, symbolic
         # zeros (relu's tangent, a select of x', keeps the degree of x).
         result.append(Series(integrate(t.coeffs, y.primal, min(order, t.degree + 1))))
     return result
+
+
+def _one_pass(order, jvp_jaxpr_fun, call_jaxpr, consts, args) -> Series | None:
+    """The series of a `custom_jvp_call` whose rule is one of JAX's that read the
+    function's own output (`_logaddexp`, `_own_output`), solved in one pass; None for any
+    other rule. The arity is checked first: the rule's identity is looked up only where
+    it can match."""
+    if len(args) == 2:
+        known = _logaddexp.rule_for(jvp_jaxpr_fun)
+        return None if known is None else known(order, *args)
+    if len(args) != 1:
+        return None
+    known = _own_output.rule_for(jvp_jaxpr_fun)
+    if known is None:
+        return None
+    run = _compat.jaxpr_as_fun(call_jaxpr)
+    const_values = [c.primal for c in consts]
+    return known(order, args[0], lambda x0: run(*const_values, x0)[0])
 
 
 @register_rule(_compat.custom_vjp_call_p)

@@ -1,8 +1,9 @@
 """The stacked series type and the Taylor arithmetic kernels (see each module).
 
 Re-exports only: `_type` (the Series type), `_coeffs` (stacked arrays), `_rows` (rows of
-stacks), `_marks` (what XLA keeps in buffers), `_products`, `_recurrences`, `_lines`
-(lines and powers). What a pass knows about itself is `taylax._pass`.
+stacks), `_marks` (what XLA keeps in buffers), `_products`, `_recurrences`, `_quadratic`
+(equations `y' = x' g(x, y)` with `g` quadratic), `_lines` (lines and powers). What a
+pass knows about itself is `taylax._pass`.
 """
 
 from ._coeffs import (
@@ -60,6 +61,7 @@ from ._products import (
     shifted_sum as shifted_sum,
     toeplitz as toeplitz,
 )
+from ._quadratic import Quadratic as Quadratic, quadratic_ode as quadratic_ode
 from ._recurrences import (
     blocked_span as blocked_span,
     compose as compose,

@@ -1,0 +1,203 @@
+"""`erfcx` (real and complex: `wofz`), `dawsn` and `log_ndtr` of `jax.scipy.special` in
+one pass (`taylax._rules._own_output`), against nested jvp through JAX's own rules, and
+past nested jvp's reach against mpmath."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+import mpmath
+import numpy as np
+import pytest
+
+import taylax
+from reference import check_against_oracle, direction, oracle
+from test_series import assert_matches_mpmath
+
+ORDERS = tuple(range(7))
+
+# jax 0.9 has neither `erfcx` nor `dawsn`.
+needs_erfcx = pytest.mark.skipif(not hasattr(jsp, "erfcx"), reason="this JAX has no erfcx")
+needs_dawsn = pytest.mark.skipif(not hasattr(jsp, "dawsn"), reason="this JAX has no dawsn")
+
+
+def _erfcx(x):
+    return jsp.erfcx(x)
+
+
+def _dawsn(x):
+    return jsp.dawsn(x)
+
+
+# Points where JAX's own rules are well conditioned. Far in the tails (erfcx past 3,
+# log_ndtr below -4) the equations cancel (`2 x y ~ 2 / sqrt(pi)`), and nested jvp and
+# this rule lose the same digits (docs/EMISSION.md, "Rules that read their own output").
+CASES = {
+    "erfcx": (_erfcx, (-1.3, 0.0, 0.4, 1.5), needs_erfcx),
+    "erfcx_series": (lambda x: _erfcx(2 * jnp.sin(x) + x * x), (-1.3, 0.0, 0.4), needs_erfcx),
+    "erfcx_complex": (lambda x: _erfcx(x * (1 + 0.5j) + 0.3j), (-1.3, 0.0, 0.4, 1.0), needs_erfcx),
+    "erfcx_complex_series": (
+        lambda x: _erfcx(jnp.exp(1j * x) * (0.5 + x)),
+        (-0.8, 0.2, 1.1),
+        needs_erfcx,
+    ),
+    "dawsn": (_dawsn, (-2.0, 0.0, 0.5, 4.0), needs_dawsn),
+    "dawsn_series": (lambda x: _dawsn(jnp.cos(x) * x), (-2.0, 0.0, 0.5, 4.0), needs_dawsn),
+    "log_ndtr": (jsp.log_ndtr, (-3.0, -1.0, 0.0, 2.0, 5.0), None),
+    "log_ndtr_series": (lambda x: jsp.log_ndtr(jnp.sin(x) - x * x / 4), (-2.0, 0.0, 1.5), None),
+    "log_ndtr_broadcast": (
+        lambda x: jsp.log_ndtr(x[:, None] * jnp.asarray([1.0, -0.5])),
+        (-1.0, 0.7),
+        None,
+    ),
+}
+
+
+def _case(name):
+    f, points, mark = CASES[name]
+    return pytest.param(name, marks=mark) if mark else name
+
+
+@pytest.mark.parametrize("name", [_case(n) for n in sorted(CASES)])
+def test_matches_nested_jvp(name):
+    f, points, _ = CASES[name]
+    x = np.asarray(points)
+    check_against_oracle(
+        f, x, direction(name, x.shape, x.dtype), ORDERS, per_point=True, context=name
+    )
+
+
+@pytest.mark.parametrize("name", [_case(n) for n in ("erfcx_series", "dawsn_series")])
+def test_through_the_loop(name, emission):
+    # The recurrence's loop form, forced at every order (a different order from the
+    # table's, so no cached program is reused).
+    emission(unroll_max_order=0, rows_max_order=0, unroll_low_degree_max_order=0)
+    f, points, _ = CASES[name]
+    x = np.asarray(points)
+    check_against_oracle(f, x, direction(name, x.shape, x.dtype), (5,), per_point=True)
+
+
+def test_log_ndtr_through_the_loop(emission):
+    emission(unroll_max_order=0, rows_max_order=0, unroll_low_degree_max_order=0)
+    f, points, _ = CASES["log_ndtr_series"]
+    x = np.asarray(points)
+    check_against_oracle(f, x, direction("loop", x.shape, x.dtype), (5,), per_point=True)
+
+
+def _mp_erfcx(t):
+    return mpmath.exp(t * t) * mpmath.erfc(t)
+
+
+# Orders nested jvp cannot reach (its program grows exponentially with the order), against
+# mpmath's coefficients in 60-digit arithmetic: unrolled (12), the low-degree bound (32,
+# a line) and the loop (40).
+HIGH = {
+    "erfcx(t)": (_erfcx, _mp_erfcx, (0.4, -1.3), needs_erfcx),
+    "erfcx(t^2/2)": (
+        lambda t: _erfcx(t * t / 2),
+        lambda t: _mp_erfcx(t * t / 2),
+        (0.7,),
+        needs_erfcx,
+    ),
+    "dawsn(t)": (
+        _dawsn,
+        lambda t: mpmath.sqrt(mpmath.pi) / 2 * mpmath.exp(-t * t) * mpmath.erfi(t),
+        (0.5, -1.2),
+        needs_dawsn,
+    ),
+    "log_ndtr(t)": (jsp.log_ndtr, lambda t: mpmath.log(mpmath.ncdf(t)), (0.3, 1.5), None),
+}
+
+
+@pytest.mark.parametrize("order", [12, 32, 40])
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=HIGH[n][3]) if HIGH[n][3] else n for n in sorted(HIGH)],
+)
+def test_high_orders_match_mpmath(name, order):
+    f, exact, points, _ = HIGH[name]
+    for x0 in points:
+        assert_matches_mpmath(f, exact, x0, order)
+
+
+@needs_erfcx
+def test_complex_erfcx_matches_mpmath():
+    # JAX's complex erfcx (`wofz`) is itself accurate to about 1e-15, so the coefficients
+    # are compared relative to the largest so far, the value included.
+    x0, order = 0.3 + 0.6j, 16
+    primal, coeffs = taylax.taylor(_erfcx, order)(jnp.asarray(x0), jnp.asarray(1.0 + 0j))
+    with mpmath.workdps(60):
+        want = [complex(c) for c in mpmath.taylor(_mp_erfcx, mpmath.mpc(x0), order)]
+    got = [complex(primal)] + [complex(c) for c in coeffs]
+    for k in range(order + 1):
+        scale = max(abs(w) for w in want[: k + 1])
+        assert abs(got[k] - want[k]) <= 1e-14 * scale, k
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        pytest.param(_erfcx, marks=needs_erfcx),
+        pytest.param(lambda x: _erfcx(1j * x), marks=needs_erfcx),
+        pytest.param(_dawsn, marks=needs_dawsn),
+        jsp.log_ndtr,
+    ],
+)
+def test_one_pass_not_one_per_order(f):
+    # JAX's rules read the function's own output: followed as written, each order's
+    # tangent called the function again one order lower (K + 1 custom_jvp calls).
+    for k in (2, 8):
+        counts = taylax.equation_counts(jax.make_jaxpr(taylax.derivatives(f, k))(0.3))
+        assert counts["custom_jvp_call"] <= 2, (k, counts)
+
+
+@pytest.mark.parametrize(
+    "f, points",
+    [
+        (jsp.log_ndtr, (-2.0, -1.0, 0.0, 0.7, 3.0)),
+        pytest.param(_erfcx, (-1.3, 0.0, 0.4, 1.5), marks=needs_erfcx),
+        pytest.param(_dawsn, (-1.3, 0.0, 0.4, 1.5), marks=needs_dawsn),
+    ],
+)
+def test_float32_as_accurate_as_nested_jvp(f, points):
+    # The equations cancel (log_ndtr at -2 loses 3e-5 of its coefficients in float32,
+    # erfcx at 1.5 8e-5), so the bar is nested jvp's own float32 error, per point
+    # relative to its largest coefficient.
+    x = np.asarray(points)
+    want = oracle(f, x, np.ones_like(x), 6)
+    got = taylax.derivatives(f, 6)(x.astype(np.float32), np.ones(len(x), np.float32))
+    assert got.dtype == np.float32
+    nested = oracle(f, x.astype(np.float32), np.ones(len(x), np.float32), 6)
+    scale = np.abs(want).max(0)
+    ours = np.abs(np.asarray(got, np.float64) - want).max(0) / scale
+    theirs = np.abs(np.asarray(nested, np.float64) - want).max(0) / scale
+    assert np.all(ours <= 2 * theirs + 1e-6), (ours, theirs)
+
+
+@needs_erfcx
+def test_under_vmap_and_jit():
+    x = jnp.linspace(-1.0, 2.0, 7)
+    got = jax.jit(jax.vmap(taylax.derivatives(_erfcx, 8)))(x)
+    want = oracle(_erfcx, np.asarray(x), np.ones(7), 8)
+    np.testing.assert_allclose(np.asarray(got).T, want, rtol=1e-10, atol=1e-12)
+
+
+def test_unrolled_then_a_loop():
+    # Along a line `erfcx`'s rows sum a few products each (no `y^2`), so they unroll to
+    # the low-degree bound; `log_ndtr`'s ratio squares itself, so it loops past
+    # `unroll_max_order` (the ratio's series is one order short of the result's).
+    def loops(f, k):
+        # Past the function's own (JAX's erfcx evaluates a `scan`).
+        def count(program):
+            counts = taylax.equation_counts(jax.make_jaxpr(program)(0.3))
+            return counts.get("scan", 0) + counts.get("while", 0)
+
+        return count(taylax.derivatives(f, k)) - count(f)
+
+    policy = taylax.CPU
+    assert loops(jsp.log_ndtr, policy.unroll_max_order + 1) == 0
+    assert loops(jsp.log_ndtr, policy.unroll_max_order + 2) == 1
+    if hasattr(jsp, "erfcx"):
+        assert loops(_erfcx, policy.unroll_low_degree_max_order) == 0
+        assert loops(_erfcx, policy.unroll_low_degree_max_order + 1) == 1
