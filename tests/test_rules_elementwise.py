@@ -124,6 +124,10 @@ CASES = [
     Case("pow_2.0_at_0", lambda x: lax.pow(x, 2.0), (0.0, 0.8)),
     Case("pow_2.5_at_0", lambda x: lax.pow(x, 2.5), (0.0, 0.8)),
     Case("pow_0.5_at_0", lambda x: lax.pow(x, 0.5), (0.0,)),
+    # Non-integer exponents along a line: one `pow` and products (`_series.real_exponent_powers`).
+    Case("pow_2.5_below_0", lambda x: lax.pow(x, 2.5), (-1.5, -0.3)),
+    Case("pow_-1.5_far_from_1", lambda x: x**-1.5, (1e-200, 1e-30, 1e30, 1e200)),
+    Case("pow_20.5", lambda x: x**20.5, (0.0, 0.4, 3.0, 1e20)),
     Case("integer_pow_3", lambda x: x**3, (-2.0, 0.0, 0.7), C3, order10=True),
     Case("integer_pow_2_of_series", lambda x: jnp.sin(x) ** 2, ANY, C3),
     Case("integer_pow_5", lambda x: lax.integer_pow(jnp.exp(x) - 1.0, 5), ANY, C3),

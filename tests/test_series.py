@@ -777,3 +777,24 @@ def test_derivative_scale(dtype, unscaled_up_to):
     np.testing.assert_allclose(h, math.factorial(k) ** (1 / k))
     # Capped so that the largest h^k/k! (about e^h) stays representable.
     assert _series.derivative_scale(2000, dtype) <= 0.9 * math.log(float(jnp.finfo(dtype).max))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("p", [2.5, -1.5, 0.5, 20.5, -7.25, 3.7])
+def test_real_exponent_powers_are_pows(p, dtype):
+    # One `pow` and products instead of a `pow` per row: the same zeros, infinities and
+    # NaNs (over- and underflow far from 1, at 0, at infinities, below 0), and values to
+    # a few roundings per step from the anchor.
+    values = [1e-300, 1e-200, 1e300, 1e200, 1e-30, 1e30, 0.0, -0.0, np.inf, -np.inf, -1.0]
+    with np.errstate(over="ignore", under="ignore"):  # float32: 1e300 is inf, 1e-300 0
+        x0 = np.asarray(values + [np.nan, 1.0, 0.3, 7.0]).astype(dtype)
+    for order in (3, 8):
+        exponents = (p - jnp.arange(order + 1.0)).astype(dtype)[:, None]
+        want = np.asarray(jax.jit(lambda x, e=exponents: jax.lax.pow(x[None], e))(x0))
+        got = np.asarray(jax.jit(lambda x, k=order: _series.real_exponent_powers(x, p, k))(x0))
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+        np.testing.assert_array_equal(got == 0, want == 0)
+        finite = np.isfinite(want) & (want != 0)
+        eps = np.finfo(dtype).eps
+        np.testing.assert_allclose(got[finite], want[finite], rtol=(order + 2) * eps)

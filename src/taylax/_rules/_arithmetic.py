@@ -349,7 +349,7 @@ def _pow(order, x, y, **params):
         p = y.primal
         integer_exponent = jnp.issubdtype(jnp.result_type(p), np.integer)
         d = power_line_coeffs(
-            jnp.asarray(p).astype(x.dtype),
+            _exponent_as(p, x.dtype),
             jnp.broadcast_to(x.primal, jnp.shape(y0)),
             y0,
             order,
@@ -359,6 +359,17 @@ def _pow(order, x, y, **params):
     return _pow_general(order, x, y)
 
 
+def _exponent_as(p, dtype):
+    """The exponent in `dtype`: a Python number, rounded to `dtype`, where it is a
+    concrete real scalar (the power rules then take one `pow` and products:
+    `_series.real_exponent_powers`); else an array. A cast inside the trace would
+    make even a literal exponent a tracer."""
+    value = _series.concrete_scalar(p)
+    if value is None or isinstance(value, complex) or jnp.issubdtype(dtype, np.complexfloating):
+        return jnp.asarray(p).astype(dtype)
+    return float(np.asarray(value, dtype=dtype))
+
+
 @over_element_chunks
 def _pow_general(order, x, y):
     y0 = lax.pow(x.primal, y.primal)
@@ -366,7 +377,7 @@ def _pow_general(order, x, y):
     if y.is_constant:
         p = y.primal
         integer_exponent = jnp.issubdtype(jnp.result_type(p), np.integer)
-        p = jnp.asarray(p).astype(x.dtype)
+        p = _exponent_as(p, x.dtype)
         c = jnp.broadcast_to(_series.lift(x.coeffs, ndim), (x.degree + 1,) + jnp.shape(y0))
         return Series(_power_series(c, p, y0, order, integer_exponent))
     # x ** y = exp(y log x) when the exponent carries a series. For a constant base 0,

@@ -46,6 +46,7 @@ from ._lines import (
     line_direction as line_direction,
     mark_line as mark_line,
     powers as powers,
+    real_exponent_powers as real_exponent_powers,
     times_number as times_number,
     unit_seed as unit_seed,
 )
