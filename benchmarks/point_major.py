@@ -13,6 +13,10 @@ no rule for reads `-`) and nested `jax.jvp` on the whole array.
 
     python benchmarks/point_major.py
     python benchmarks/point_major.py --order 8 --time --functions log1p,atan2,pow2.5
+    python benchmarks/point_major.py --time --whole --functions logaddexp,pow2.5
+
+`--whole` times taylax on the whole array (`jax.jit(derivatives(f, K))(t, ones)`) instead
+of under `vmap`; the audit columns stay the `vmap`'s.
 
 Run it in two checkouts (`PYTHONPATH=<tree>/src`) to compare them.
 """
@@ -84,17 +88,25 @@ def point_major_buffers(f, order: int, points: int) -> tuple[list[str], int]:
     return found, kernels
 
 
+def whole_array(f, order: int):
+    """`taylax.derivatives(f, order)` along direction 1 on the whole array, jitted."""
+    return jax.jit(lambda t: taylax.derivatives(f, order)(t, jnp.ones_like(t)))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--order", type=int, default=8)
     parser.add_argument("--functions", default=",".join(FUNCTIONS))
     parser.add_argument("--audit-points", type=int, default=4096)
     parser.add_argument("--time", action="store_true")
+    parser.add_argument("--whole", action="store_true", help="time taylax on the whole array")
     parser.add_argument("--points", type=int, default=65536)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
     print(f"# {command_line(__file__, sys.argv[1:] if argv is None else argv)}")
-    print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}, float64, K = {args.order}\n")
+    mode = "taylax on the whole array" if args.whole else "taylax under vmap"
+    device = f"{jax.devices()[0].device_kind}, jax {jax.__version__}"
+    print(f"{device}, float64, K = {args.order}, {mode}\n")
     head = "| function | input | kernels | (points, k) buffers |"
     rule = "|---|---|---|---|"
     if args.time:
@@ -108,7 +120,8 @@ def main(argv=None) -> int:
             found, kernels = point_major_buffers(f, args.order, args.audit_points)
             row = f"| {name} | {label} | {kernels} | {' '.join(found) or '-'} |"
             if args.time:
-                fns = {"taylax": taylax_chain(f, args.order), "nested": nested_chain(f, args.order)}
+                taylax = whole_array(f, args.order) if args.whole else taylax_chain(f, args.order)
+                fns = {"taylax": taylax, "nested": nested_chain(f, args.order)}
                 try:
                     fns["jet"] = jet_chain(f, args.order)
                     jax.block_until_ready(fns["jet"](t))

@@ -328,7 +328,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "taylax._one_way",
     ),
     # Building blocks: series arithmetic; program tracing and caches; the primitives that
-    # wrap a pass (chunks of points, the float32 fallback).
+    # wrap a pass (chunks of points, the float32 fallback) or a rule's rare side.
     (
         "taylax._series",
         "taylax._cuts",
@@ -336,6 +336,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "taylax._programs",
         "taylax._point_chunks",
         "taylax._fallback",
+        "taylax._rare",
     ),
     # Jaxpr tools that know nothing of series: the optimizer, the compile diagnostics.
     ("taylax._optimize", "taylax._diagnostics"),

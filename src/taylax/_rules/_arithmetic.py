@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _compat, _policy, _series
+from .. import _compat, _policy, _rare, _series
 from .._interpret import register_rule, row_readers, taylor_rules
 from .._pass import read_row_by_row
 from .._series import Series
@@ -331,12 +331,12 @@ def _power_series(c, p, y0, order: int, integer_exponent: bool = False):
     if order == 0:
         return recurrence
 
-    def composed():
-        d = _pow_taylor_coeffs(p, x0, order, integer_exponent)
+    def composed(c, y0):
+        d = _pow_taylor_coeffs(p, c[0], order, integer_exponent)
         return _series.with_primal(_series.compose(c, d, order), y0)
 
-    any_zero = jnp.any(x0 == 0)
-    return lax.cond(any_zero, composed, lambda: recurrence)
+    # The composition, O(K^3), only when some element is 0, also under `vmap` (`_rare`).
+    return _rare.where_any(x0 == 0, composed, recurrence, [c, y0])
 
 
 @register_rule(lax.pow_p)

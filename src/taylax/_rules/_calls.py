@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _compat, _pass, _policy
+from .. import _compat, _pass, _policy, _rare
 from .._fallback import fallback_p, impl_jaxpr, is_overflow_safe
 from .._interpret import eval_jaxpr_series, register_rule
 from .._series import Series, derivative_series, integrate
@@ -202,6 +202,15 @@ def _remat(order, *xs, jaxpr, prevent_cse, differentiated, policy):
     arrays = [x.primal if x.is_constant else x.coeffs for x in xs]
     outs = jax.checkpoint(body, prevent_cse=prevent_cse, policy=policy)(*arrays)
     return from_outputs(outs, [v.aval for v in jaxpr.outvars])
+
+
+@register_rule(_rare.where_any_p)
+def _where_any(order, *xs, **params):
+    # A pass over a program a pass emitted (a nested derivative) runs the conditional.
+    avals = [jax.ShapeDtypeStruct(np.shape(x.primal), jnp.result_type(x.primal)) for x in xs]
+    closed = _rare.impl_jaxpr(avals, **params)
+    (out,) = eval_jaxpr_series(*_compat.closed_parts(closed), xs, order)
+    return out
 
 
 @register_rule(fallback_p)
