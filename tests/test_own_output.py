@@ -183,7 +183,7 @@ def test_under_vmap_and_jit():
     np.testing.assert_allclose(np.asarray(got).T, want, rtol=1e-10, atol=1e-12)
 
 
-def test_unrolled_then_a_loop():
+def test_unrolled_then_a_loop(cpu_policy):
     # Along a line `erfcx`'s rows sum a few products each (no `y^2`), so they unroll to
     # the low-degree bound; `log_ndtr`'s ratio squares itself, so it loops past
     # `unroll_max_order` (the ratio's series is one order short of the result's).
