@@ -175,7 +175,8 @@ def _one_pass(order, jvp_jaxpr_fun, call_jaxpr, consts, args) -> Series | None:
     if len(args) == 2:
         known = _logaddexp.rule_for(jvp_jaxpr_fun)
         return None if known is None else known(order, *args)
-    if len(args) != 1:
+    # One argument carrying the series, the constants JAX's function closes over not.
+    if len(args) != 1 or args[0].is_constant or not all(c.is_constant for c in consts):
         return None
     known = _own_output.rule_for(jvp_jaxpr_fun)
     if known is None:
