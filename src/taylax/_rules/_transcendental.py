@@ -395,8 +395,7 @@ def integral(x: Series, g, y0, order: int) -> Series:
 
 def _one_plus(sign_one: float, sign_sq: float, c, order: int):
     """`sign_one + sign_sq * x^2` as a series."""
-    sq = _series.cauchy(c, c, order)
-    return _series.with_primal(sign_sq * sq, sign_one + sign_sq * sq[0])
+    return _series.scaled_series(_series.cauchy(c, c, order), sign_sq, sign_one)
 
 
 def _rsqrt_of(w, order: int):
@@ -474,7 +473,7 @@ def _erf_like(prim, sign):
         if order == 0:
             return Series.constant(y0)
         c = _series.leading_rows(x.coeffs, order)
-        z = -_series.cauchy(c, c, order - 1)
+        z = _series.scaled_series(_series.cauchy(c, c, order - 1), -1.0)
         (e,) = _series.linear_ode(z, [lax.exp(-x.primal * x.primal)], [[1]], order - 1)
         return integral(x, (sign * 2 / math.sqrt(math.pi)) * e, y0, order)
 

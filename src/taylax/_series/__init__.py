@@ -92,6 +92,7 @@ from ._rows import (
     row as row,
     rows_of as rows_of,
     rows_wanted as rows_wanted,
+    scaled_series as scaled_series,
     stack_primal as stack_primal,
     stack_rows as stack_rows,
     stack_rows_as as stack_rows_as,

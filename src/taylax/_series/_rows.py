@@ -97,6 +97,20 @@ def sum_series(a: Array, b: Array, sign: float = 1.0) -> Array:
     return stack_rows(rows)
 
 
+def scaled_series(c: Array, factor: float, shift: float = 0.0) -> Array:
+    """`shift + factor * c` (Python numbers; `shift` added to the primal row only), row by
+    row where `c`'s rows are known (`known_rows`): one stacked product is, under `vmap`,
+    a (points, k) buffer whose readers take its rows as strided columns."""
+    known = known_rows(c)
+    if known is None:
+        scaled = c if factor == 1.0 else c * factor
+        return scaled if shift == 0.0 else with_primal(scaled, shift + factor * c[0])
+    rows = [r if factor == 1.0 else r * factor for r in known]
+    if shift != 0.0:
+        rows[0] = shift + rows[0]
+    return stack_rows_as(rows, c.shape[1:], c.dtype)
+
+
 def rows_of(c: Array, count: int) -> list[Array]:
     """The first `count` coefficients of a stacked array, as a list (None past its degree).
 
