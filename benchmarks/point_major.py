@@ -60,11 +60,17 @@ FUNCTIONS = {
     "log_sigmoid": jax.nn.log_sigmoid,
     "logaddexp": lambda x: jnp.logaddexp(x, 0.5 * x * x),
     "logaddexp2": lambda x: jnp.logaddexp2(x, 0.0),
-    "erfcx": jax.scipy.special.erfcx,
-    "dawsn": jax.scipy.special.dawsn,
     "log_ndtr": jax.scipy.special.log_ndtr,
     "sinc": jnp.sinc,
 }
+# jax 0.9 has neither `erfcx` nor `dawsn`.
+FUNCTIONS.update(
+    {
+        name: getattr(jax.scipy.special, name)
+        for name in ("erfcx", "dawsn")
+        if hasattr(jax.scipy.special, name)
+    }
+)
 
 
 def general(t):
