@@ -205,18 +205,22 @@ def _remat(order, *xs, jaxpr, prevent_cse, differentiated, policy):
     return from_outputs(outs, [v.aval for v in jaxpr.outvars])
 
 
+def _through_its_program(impl_jaxpr: Callable, order, xs, params) -> list[Series]:
+    """A pass over one of taylax's own conditional primitives (met in a program a pass
+    emitted: a nested derivative) runs the primitive's program, `impl_jaxpr(avals,
+    **params)`: the conditional itself."""
+    avals = [jax.ShapeDtypeStruct(np.shape(x.primal), jnp.result_type(x.primal)) for x in xs]
+    closed = impl_jaxpr(avals, **params)
+    return eval_jaxpr_series(*_compat.closed_parts(closed), xs, order)
+
+
 @register_rule(_rare.where_any_p)
 def _where_any(order, *xs, **params):
-    # A pass over a program a pass emitted (a nested derivative) runs the conditional.
-    avals = [jax.ShapeDtypeStruct(np.shape(x.primal), jnp.result_type(x.primal)) for x in xs]
-    closed = _rare.impl_jaxpr(avals, **params)
-    (out,) = eval_jaxpr_series(*_compat.closed_parts(closed), xs, order)
+    (out,) = _through_its_program(_rare.impl_jaxpr, order, xs, params)
     return out
 
 
 @register_rule(fallback_p)
 def _unscaled_fallback(order, *xs, **params):
-    # A pass over `taylax.derivatives` at a high order runs the primitive's conditional.
-    avals = [jax.ShapeDtypeStruct(np.shape(x.primal), jnp.result_type(x.primal)) for x in xs]
-    closed = impl_jaxpr(avals, **params)
-    return eval_jaxpr_series(*_compat.closed_parts(closed), xs, order)
+    # A pass over `taylax.derivatives` at a high order.
+    return _through_its_program(impl_jaxpr, order, xs, params)

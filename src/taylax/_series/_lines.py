@@ -120,12 +120,18 @@ def powers(x: Array, order: int, sign: int = 1) -> Array:
     return out
 
 
-def _integer_valued(p) -> int | None:
-    """`p` as a Python int when it is a concrete, real, integer-valued scalar, else None."""
+def _finite_real(p) -> float | int | None:
+    """`p` as a Python number when it is a concrete, real, finite scalar, else None."""
     value = concrete_scalar(p)
     if value is None or isinstance(value, complex) or not math.isfinite(value):
         return None
-    return int(value) if value == int(value) else None
+    return value
+
+
+def _integer_valued(p) -> int | None:
+    """`p` as a Python int when it is a concrete, real, integer-valued scalar, else None."""
+    value = _finite_real(p)
+    return None if value is None or value != int(value) else int(value)
 
 
 def integer_exponent_powers(x0: Array, p: int, order: int) -> Array:
@@ -165,10 +171,8 @@ def integer_exponent_powers(x0: Array, p: int, order: int) -> Array:
 
 def _real_non_integer(p) -> float | None:
     """`p` as a Python float when it is a concrete, real, finite, non-integer scalar."""
-    value = concrete_scalar(p)
-    if value is None or isinstance(value, complex) or not math.isfinite(value):
-        return None
-    return None if value == int(value) else float(value)
+    value = _finite_real(p)
+    return None if value is None or value == int(value) else float(value)
 
 
 def real_exponent_powers(x0: Array, p: float, order: int) -> Array:
