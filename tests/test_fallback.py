@@ -288,3 +288,30 @@ def test_an_overflow_at_a_high_order_leaves_the_primal_exact():
     np.testing.assert_allclose(got[0], np.tanh(0.3) * np.exp(0.3), rtol=1e-6)
     np.testing.assert_allclose(got[1], 1.6285366, rtol=1e-5)
     np.testing.assert_allclose(got[39], -2.716787e38, rtol=1e-3)
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["whole", "vmap"])
+def test_the_common_branch_computes_the_derivatives(batched):
+    """The stretched stacks enter the conditional as coefficients and each branch
+    multiplies them by `k!/h^k`: a branch that returned its operand as it is made XLA copy
+    the whole output on every call (docs/EMISSION.md, "float32 past order 12")."""
+    from taylax._fallback import impl_jaxpr
+
+    points = jnp.linspace(-3.0, 0.2, 8, dtype=jnp.float32)
+    if batched:
+        closed = jax.make_jaxpr(jax.vmap(taylax.derivatives(pole, ORDER)))(points, points)
+    else:
+        (eqn,) = [
+            e
+            for e, _ in _equations(jax.make_jaxpr(taylax.derivatives(pole, ORDER))(NEAR))
+            if e.primitive is fallback_p
+        ]
+        closed = impl_jaxpr([v.aval for v in eqn.invars], **eqn.params)
+    cond = _fallback_cond(closed)
+    for branch in cond.params["branches"]:
+        inputs = set(branch.jaxpr.invars)
+        assert not any(v in inputs for v in branch.jaxpr.outvars)
+    got = jax.vmap(taylax.derivatives(pole, ORDER))(points, jnp.ones_like(points))
+    for k in range(35):
+        _close(got[-1, k], k, points[-1])
+        _close(got[0, k], k, points[0])

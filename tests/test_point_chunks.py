@@ -107,10 +107,10 @@ def test_output_rows_past_a_fused_concatenate_count_as_buffers(small_chunks):
     np.testing.assert_allclose(jax.jit(jax.vmap(d))(t), jax.vmap(jax.jit(d))(t), rtol=1e-14, atol=0)
 
 
-def test_output_rows_chunk_from_fewer_bytes():
-    """Rows written one buffer each fault from `OUTPUT_ROWS_MIN_BYTES`: `0.3 sin(t) t^10`
-    at order 9 keeps about 23 MB over 262,144 points (chunked) and half that over
-    131,072 (one vmap)."""
+def test_output_rows_count_twice():
+    """Rows written one buffer each are copied into the stacked output, so their bytes
+    count twice: `0.3 sin(t) t^10` at order 9 keeps two buffers and nine rows, about
+    42 MB over 262,144 points (chunked) and half that over 131,072 (one vmap)."""
     d = jax.vmap(taylax.derivatives(seed_function, 9))
     big, small = jnp.linspace(0.5, 1.5, 262144), jnp.linspace(0.5, 1.5, 131072)
     assert _scan_lengths(d, big) == [262144 // taylax.CPU.chunk_points]
@@ -211,3 +211,24 @@ def test_buffered_bytes_counts_marked_values():
     count, size = _point_chunks.buffered_bytes(iter_equations(closed))
     assert count >= taylax.CPU.chunked_min_buffers
     assert size == 8 * count  # one float64 per buffered value and point
+
+
+def test_the_float32_fallback_counts_once():
+    """The float32 fallback's unscaled pass runs only where the stretched one overflowed,
+    after its buffers are dead: counted, it doubled the buffers, and over 65,536 points
+    at order 13 the pass ran in two chunks, 1.1-1.4x the time of one vmap
+    (docs/EMISSION.md, "float32 past order 12")."""
+    from taylax._fallback import fallback_p
+
+    def chain(t):
+        return jnp.exp(jnp.cos(t)) / (2 + t**3)
+
+    t = jnp.linspace(0.1, 0.9, 65536, dtype=jnp.float32)
+    d = jax.vmap(taylax.derivatives(chain, 13))
+    closed = jax.make_jaxpr(taylax.derivatives(chain, 13))(t[0], t[0])
+    counted, _ = _point_chunks.buffered_bytes(
+        iter_equations(closed, prune=lambda e: e.primitive is fallback_p)
+    )
+    everything, _ = _point_chunks.buffered_bytes(iter_equations(closed))
+    assert 0 < counted < everything
+    assert _scan_lengths(d, t, t) == []

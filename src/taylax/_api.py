@@ -19,7 +19,7 @@ from . import (
     _rules,  # noqa: F401  (registers the built-in rules)
 )
 from ._count import count_equations
-from ._fallback import overflow_safe, with_unscaled_fallback
+from ._fallback import DerivativeFactors, overflow_safe, with_unscaled_fallback
 from ._interpret import eval_jaxpr_series
 from ._one_kernel import fits_one_kernel
 from ._programs import cached_program, check_inexact, check_order, trace_leaves
@@ -100,8 +100,7 @@ def _to_derivatives(c, order: int, scale: float, exact: bool = False, first: int
     constants."""
     if scale == 1.0 and not exact:
         return c * factorials(order, c.ndim - 1, c.dtype)[first:].astype(c.dtype)
-    h = Fraction(scale)
-    return times_exact(c, [Fraction(math.factorial(k)) / h**k for k in range(first, order + 1)])
+    return times_exact(c, DerivativeFactors(order, scale, first).values())
 
 
 def _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order: int, unit: bool, scale: float):
@@ -180,9 +179,17 @@ def _output_pairs(outs, jaxpr, order: int, long: bool) -> list:
     return pairs
 
 
-def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exact=False):
+def _derivatives_pass(
+    jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exact=False, finish=True
+):
     """Derivatives 0..order of each output, stacked along a leading axis, from one pass
-    along `scale` times the direction (`_to_derivatives` on every row: `0!` is 1)."""
+    along `scale` times the direction (`_to_derivatives` on every row: `0!` is 1). With
+    `finish=False` the stacks stay coefficients: the caller multiplies them by
+    `DerivativeFactors(order, scale, 0)`."""
+
+    def done(c):
+        return _to_derivatives(c, order, scale, exact, first=0) if finish else c
+
     seeds = _seeds(x_leaves, v_leaves, order, unit, scale)
     outs, long = _eval_pass(jaxpr, consts, seeds, order, fits_one_kernel(jaxpr, order))
     policy = _policy.current()
@@ -196,18 +203,18 @@ def _derivatives_pass(jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exa
         elif inexact and apart is not None and order >= apart:
             rows = _materialized_rows(o, v.aval, order)
         if rows is not None:
-            stacks.append(_to_derivatives(rows, order, scale, exact, first=0))
+            stacks.append(done(rows))
         # The pass's own stack up to the policy's order; past it, the rows concatenated.
         elif order <= policy.stacked_output_max_order:
             c = _output_stack(o, v.aval, order)
-            stacks.append(_to_derivatives(c, order, scale, exact, first=0) if inexact else c)
+            stacks.append(done(c) if inexact else c)
         else:
             # Stacked first, then scaled (row 0 by `0! = 1`): one scaling of one stack,
             # where a concatenate of the primal and the scaled rows was slower on XLA:CPU
             # (docs/EMISSION.md, "float32 past order 12").
             p, c = _output(o, v.aval, order)
             c = lax.concatenate([p[None], c], 0)
-            stacks.append(_to_derivatives(c, order, scale, exact, first=0) if inexact else c)
+            stacks.append(done(c) if inexact else c)
     return stacks
 
 
@@ -263,11 +270,20 @@ def _derivatives_program(order: int, unit: bool = False):
                     (list(consts), list(x_leaves), list(v_leaves)),
                     order,
                 )
+            # The stretched pass's stacks go to the fallback as coefficients, with their
+            # factors `k! / h^k` to apply (`with_unscaled_fallback`).
+            factors = tuple(
+                DerivativeFactors(order, scale, 0)
+                if jnp.issubdtype(v.aval.dtype, jnp.inexact)
+                else None
+                for v in jaxpr.outvars
+            )
             return with_unscaled_fallback(
-                lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, scale),
+                lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, scale, finish=False),
                 _guarded(lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, 1.0, exact=True)),
                 (list(consts), list(x_leaves), list(v_leaves)),
                 first=1,
+                factors=factors,
             )
 
         return program
@@ -462,9 +478,20 @@ def derivatives(fun: Callable, order: int) -> Callable:
     return derivatives_fun
 
 
-def _jet_pass(jaxpr, consts, primals, terms, order: int, scale: float | None, exact: bool):
+def _jet_pass(
+    jaxpr,
+    consts,
+    primals,
+    terms,
+    order: int,
+    scale: float | None,
+    exact: bool,
+    finish: bool = True,
+):
     """Outputs of one pass along `scale` times the input series, in derivative terms
-    (`scale=None`: normalized terms in and out, as `factorial_scaled=False` has them)."""
+    (`scale=None`: normalized terms in and out, as `factorial_scaled=False` has them).
+    With `finish=False` the output terms stay coefficients along the stretched series:
+    the caller multiplies them by `DerivativeFactors(order, scale)`."""
     series = []
     for p, ts in zip(primals, terms):
         if order == 0:
@@ -487,7 +514,7 @@ def _jet_pass(jaxpr, consts, primals, terms, order: int, scale: float | None, ex
     pairs = _output_pairs(outs, jaxpr, order, long)
     coeffs = [
         _to_derivatives(c, order, scale, exact)
-        if scale is not None and jnp.issubdtype(c.dtype, jnp.inexact)
+        if finish and scale is not None and jnp.issubdtype(c.dtype, jnp.inexact)
         else c
         for _, c in pairs
     ]
@@ -515,17 +542,25 @@ def _jet_program(order: int, factorial_scaled: bool, safe: bool = True):
             # stack of one row beside its terms, not on top of them: a concatenate of
             # the two was a fused kernel that recomputed the pass's rows (3x the time of
             # the log1p chain's pass at K = 24, float32; docs/EMISSION.md).
-            def apart(ops, scale, exact):
-                primals_out, coeffs = _jet_pass(jaxpr, *ops, order, scale, exact)
+            def apart(ops, scale, exact, finish=True):
+                primals_out, coeffs = _jet_pass(jaxpr, *ops, order, scale, exact, finish)
                 heads = [p[None].astype(c.dtype) for p, c in zip(primals_out, coeffs)]
                 return [*heads, *coeffs]
 
             n = len(jaxpr.outvars)
+            # The stretched terms go to the fallback as coefficients, with their factors.
+            factors = tuple(
+                DerivativeFactors(order, scale)
+                if jnp.issubdtype(v.aval.dtype, jnp.inexact)
+                else None
+                for v in jaxpr.outvars
+            )
             stacks = with_unscaled_fallback(
-                lambda ops: apart(ops, scale, False),
+                lambda ops: apart(ops, scale, False, finish=False),
                 _guarded(lambda ops: apart(ops, 1.0, True)),
                 ops,
                 first=(1,) * n + (0,) * n,
+                factors=(None,) * n + factors,
             )
             return [s[0] for s in stacks[:n]], stacks[n:]
 

@@ -9,7 +9,7 @@ it the way ``jax.make_jaxpr`` prints it, including every nested program
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from . import _compat
@@ -39,13 +39,18 @@ def _jaxprs_in(value: Any) -> Iterator[Jaxpr]:
             yield from _jaxprs_in(item)
 
 
-def iter_equations(jaxpr: ClosedJaxpr | Jaxpr) -> Iterator:
-    """Yields every equation of a jaxpr and of all its sub-jaxprs (see `equation_counts`)."""
+def iter_equations(
+    jaxpr: ClosedJaxpr | Jaxpr, prune: Callable[[Any], bool] | None = None
+) -> Iterator:
+    """Yields every equation of a jaxpr and of all its sub-jaxprs (see `equation_counts`),
+    but not those inside an equation for which `prune` (when given) holds."""
     stack = [_as_jaxpr(jaxpr)]
     while stack:
         current = stack.pop()
         for eqn in current.eqns:
             yield eqn
+            if prune is not None and prune(eqn):
+                continue
             for value in eqn.params.values():
                 stack.extend(_jaxprs_in(value))
 

@@ -6,7 +6,9 @@
 where the stretched one is not finite (`merged`). Most calls never need the second pass,
 so `fallback_p` runs it under `lax.cond` on whether every stretched derivative is
 finite: one pass's time where it is not needed, instead of both passes and their
-merge on every call (docs/EMISSION.md, "float32 past order 12").
+merge on every call (docs/EMISSION.md, "float32 past order 12"). The stretched pass
+enters it as coefficients, and each branch takes their products by `k!/h^k`
+(`DerivativeFactors`): a branch that returned its operand had XLA copy the output.
 
 A primitive rather than a plain `lax.cond`, for `jax.vmap`: a batched `lax.cond` sees
 one predicate per point and becomes a select after both passes, slower even than the
@@ -24,8 +26,11 @@ cotangents of the rows nobody reads (`0 * inf`) and make every gradient NaN.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from collections.abc import Callable
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +39,7 @@ from jax import lax
 
 from . import _compat, _policy
 from ._count import iter_equations
-from ._series import derivative_scale
+from ._series import derivative_scale, times_exact
 
 fallback_p = _compat.Primitive("taylax_unscaled_fallback")
 fallback_p.multiple_results = True
@@ -81,15 +86,53 @@ def _nan_sum(x):
     return jnp.sum(zeros)
 
 
+@dataclasses.dataclass(frozen=True)
+class DerivativeFactors:
+    """`k! / scale^k` for k = first..order, exactly (`fractions.Fraction`s): what turns
+    the coefficients of a pass along `scale` times the direction into derivatives. A
+    primitive's parameter, printed in a jaxpr by its three numbers."""
+
+    order: int
+    scale: float
+    first: int = 1
+
+    def values(self) -> list[Fraction]:
+        h = Fraction(self.scale)
+        return [Fraction(math.factorial(k)) / h**k for k in range(self.first, self.order + 1)]
+
+
+def _finished(stacks: list, factors: tuple, axis: int) -> list:
+    """Each stack times its `DerivativeFactors` along its orders (`axis` 0, or 1 behind a
+    batch axis); a stack whose factors are None as it is."""
+    out = []
+    for c, f in zip(stacks, factors):
+        if f is None:
+            out.append(c)
+        elif axis == 0:
+            out.append(times_exact(c, f.values()))
+        else:
+            out.append(jax.vmap(lambda x, f=f: times_exact(x, f.values()))(c))
+    return out
+
+
 def _conditional(
-    scaled: list, operands: list, unscaled: Callable, first: tuple, axis: int, apart: bool
+    scaled: list,
+    operands: list,
+    unscaled: Callable,
+    first: tuple,
+    axis: int,
+    apart: bool,
+    factors: tuple,
 ):
-    """`scaled` merged with `unscaled(operands)`, the second pass run only when some value
-    of `scaled` (row 0 included) is not finite. `first[i]` is 1 where stack `i`'s row 0
-    along `axis` holds the primal (merged apart), 0 where its rows are orders 1, 2, ...
-    `apart` (the policy's `fallback_check_apart`): the check reads the stacks behind an
-    optimization barrier."""
+    """`scaled` times `factors` (`_finished`), merged with `unscaled(operands)`, the second
+    pass run only when some value of `scaled` (row 0 included) is not finite. `first[i]`
+    is 1 where stack `i`'s row 0 along `axis` holds the primal (merged apart), 0 where
+    its rows are orders 1, 2, ... `apart` (the policy's `fallback_check_apart`): the
+    check reads the stacks behind an optimization barrier."""
     inexact = _inexact(scaled)
+    # The check reads the stacks before their factors: a product that overflows is a
+    # derivative past the dtype's range, which the unscaled pass cannot give either
+    # (`times_exact` overflows no step unless its result does).
     if apart:
         # XLA:GPU fused the whole pass into the check's reduction (one kernel laid out
         # for a reduction) and split the rest into kernels writing every row apart: the
@@ -105,7 +148,7 @@ def _conditional(
     finite = jnp.isfinite(sum(_nan_sum(scaled[i]) for i in inexact))
 
     def merge(args):
-        stacks, ops = list(args[0]), list(args[1])
+        stacks, ops = _finished(list(args[0]), factors, axis), list(args[1])
         fallback = unscaled(ops)
         for i in inexact:
             c, head_rows = stacks[i], first[i]
@@ -125,34 +168,51 @@ def _conditional(
                 stacks[i] = tail
         return stacks
 
-    return lax.cond(finite, lambda args: list(args[0]), merge, (list(scaled), list(operands)))
+    # The factors apply inside the branches: a branch that returned its operand as it is
+    # made XLA copy the whole output (docs/EMISSION.md, "float32 past order 12").
+    return lax.cond(
+        finite,
+        lambda args: _finished(list(args[0]), factors, axis),
+        merge,
+        (list(scaled), list(operands)),
+    )
 
 
 def with_unscaled_fallback(
-    scaled: Callable, unscaled: Callable, operands, first: int | tuple[int, ...]
+    scaled: Callable,
+    unscaled: Callable,
+    operands,
+    first: int | tuple[int, ...],
+    factors: tuple | None = None,
 ) -> list:
     """The derivatives `scaled(operands)` (from the pass along `h` times the direction,
     stacked along a leading axis) merged order by order with `unscaled(operands)`'s
-    (`merged`) where they are not finite. `first` (one for all stacks, or one per stack)
-    is 1 where a stack's row 0 holds the primal, which stays the scaled pass's where that
-    is finite (both passes compute it, but XLA may evaluate a long primal, float32
-    `lgamma`, a few ulps apart) and is the unscaled pass's where not; 0 where its rows
-    are the orders 1, 2, ... (a primal alone is a stack of one row with `first` 1).
+    (`merged`) where they are not finite. With `factors` (one per stack: its
+    `DerivativeFactors`, or None), `scaled` returns coefficients along the stretched
+    line and the products by `k! / h^k` are taken here, inside the conditional.
+    `first` (one for all stacks, or one per stack) is 1 where a stack's row 0 holds the
+    primal, which stays the scaled pass's where that is finite (both passes compute it,
+    but XLA may evaluate a long primal, float32 `lgamma`, a few ulps apart) and is the
+    unscaled pass's where not; 0 where its rows are the orders 1, 2, ... (a primal alone
+    is a stack of one row with `first` 1).
 
     `unscaled` runs only when some scaled derivative is not finite (see the module
     docstring). It is traced here, under the emission policy in force. Both are functions
     of `operands` (a pytree of arrays) alone, differentiated through `overflow_safe`.
     """
     stacks = overflow_safe(scaled)(operands)
+    factors = tuple(factors) if factors is not None else (None,) * len(stacks)
     if not _inexact(stacks):
-        return stacks
+        return _finished(stacks, factors, 0)
     leaves, tree = jax.tree.flatten(operands)
     leaves = [jnp.asarray(a) for a in leaves]
     avals = [jax.ShapeDtypeStruct(np.shape(a), jnp.result_type(a)) for a in leaves]
     safe = overflow_safe(unscaled)
     closed = jax.make_jaxpr(lambda *ls: safe(jax.tree.unflatten(tree, ls)))(*avals)
     first = tuple(first) if isinstance(first, (tuple, list)) else (first,) * len(stacks)
-    return fallback_p.bind(*stacks, *leaves, unscaled=closed, first=first, n_scaled=len(stacks))
+    return fallback_p.bind(
+        *stacks, *leaves, unscaled=closed, first=first, n_scaled=len(stacks), factors=factors
+    )
 
 
 def overflow_safe(fun: Callable) -> Callable:
@@ -298,10 +358,10 @@ def _run(closed):
     return lambda ops: _compat.jaxpr_as_fun(closed)(*ops)
 
 
-def _impl(*args, unscaled, first: tuple, n_scaled: int, policy=None):
+def _impl(*args, unscaled, first: tuple, n_scaled: int, factors: tuple, policy=None):
     scaled, operands = list(args[:n_scaled]), list(args[n_scaled:])
     apart = (policy or _policy.current()).fallback_check_apart
-    return _conditional(scaled, operands, _run(unscaled), first, 0, apart)
+    return _conditional(scaled, operands, _run(unscaled), first, 0, apart, factors)
 
 
 def _lower(ctx, *args, **params):
@@ -311,13 +371,13 @@ def _lower(ctx, *args, **params):
     return impl(ctx, *args)
 
 
-def _abstract_eval(*avals, unscaled, first: tuple, n_scaled: int):
-    del unscaled, first
+def _abstract_eval(*avals, unscaled, first: tuple, n_scaled: int, factors: tuple):
+    del unscaled, first, factors
     return [_compat.shaped_array(a.shape, a.dtype) for a in avals[:n_scaled]]
 
 
-def _batch(axis_data, args, dims, *, unscaled, first: tuple, n_scaled: int):
-    params = dict(unscaled=unscaled, first=first, n_scaled=n_scaled)
+def _batch(axis_data, args, dims, *, unscaled, first: tuple, n_scaled: int, factors: tuple):
+    params = dict(unscaled=unscaled, first=first, n_scaled=n_scaled, factors=factors)
     if all(d is None for d in dims):
         return fallback_p.bind(*args, **params), [None] * n_scaled
     size = axis_data.size
@@ -340,7 +400,7 @@ def _batch(axis_data, args, dims, *, unscaled, first: tuple, n_scaled: int):
         return list(outs)
 
     apart = _policy.current().fallback_check_apart
-    outs = _conditional(scaled, list(args[n_scaled:]), batched, first, 1, apart)
+    outs = _conditional(scaled, list(args[n_scaled:]), batched, first, 1, apart, factors)
     return outs, [0] * n_scaled
 
 

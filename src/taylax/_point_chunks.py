@@ -35,6 +35,7 @@ import numpy as np
 
 from . import _compat, _policy
 from ._count import iter_equations
+from ._fallback import fallback_p
 from ._once import computed_once_p
 
 chunked_call_p = _compat.Primitive("taylax_chunked_call")
@@ -117,7 +118,10 @@ def _chunk_points(points: int, program: PointProgram) -> tuple[int, bool] | None
     p = _policy.current()
     if not p.point_chunks or points < 2 * p.high_order_chunk_points:
         return None
-    equations = list(iter_equations(program.closed))
+    # The float32 fallback's unscaled pass runs only where the stretched pass overflowed,
+    # after its buffers are dead: counted, it doubled the buffers and chunked passes
+    # that one vmap runs faster (docs/EMISSION.md, "float32 past order 12").
+    equations = list(iter_equations(program.closed, prune=lambda e: e.primitive is fallback_p))
     if any(e.primitive.name in _NAMED_AXIS_PRIMITIVES for e in equations):
         return None
     orders = [e.params["pass_order"] for e in equations if e.primitive is computed_once_p]
@@ -129,10 +133,10 @@ def _chunk_points(points: int, program: PointProgram) -> tuple[int, bool] | None
     count, per_point = buffered_bytes(equations)
     rows, row_bytes = _output_row_buffers(program.closed, max(orders, default=0), p)
     if rows:
-        # Rows written one buffer each, freshly allocated, fault from fewer bytes than
-        # the pass's own buffers (docs/EMISSION.md, "Chunks").
-        count, per_point = count + rows, per_point + row_bytes
-        min_bytes = min(min_bytes, p.output_rows_min_bytes)
+        # Each row written to a buffer of its own is then copied into the stacked output:
+        # its bytes count twice. What chunks avoid is XLA:CPU's temporaries past 32 MiB,
+        # which glibc maps afresh on every call (docs/EMISSION.md, "Chunks").
+        count, per_point = count + rows, per_point + 2 * row_bytes
     if p.chunk_max_bytes is not None:
         # Chunks whose buffers outgrow the cache gain little from the loop: halve them
         # (docs/EMISSION.md, "The log1p chain at K = 16").

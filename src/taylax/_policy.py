@@ -207,7 +207,6 @@ class EmissionPolicy:
     high_order_min_bytes: int = 16 << 20
     chunk_max_bytes: int | None = 16 << 20
     chunked_max_order: int = 32
-    output_rows_min_bytes: int = 16 << 20
     mark_values: bool = True
     unmarked_max_order: int = 4
     unmarked_any_size_max_order: int = 2
