@@ -647,6 +647,35 @@ def test_divisions_keep_computed_once_values_once():
         assert _count_ops(hlo, "cosine") == 1, order
 
 
+@pytest.mark.parametrize("order", [20, 32])
+def test_a_numerator_without_rows_is_split_past_order_16(emission, order):
+    """Past `split_numerator_min_order` a numerator stacked by a loop (exp's recurrence
+    past order 16) over a low-degree denominator is split into rows computed once, and
+    the quotient's recurrence reads them: no product with the reciprocal, whose shifted
+    sum was one slow kernel under `vmap`. Both forms give the same derivatives."""
+
+    def f(t):
+        return jnp.exp(jnp.cos(t)) / (1 + t**2) ** 2
+
+    t = jnp.linspace(0.1, 0.9, 16)
+
+    def shifted_pads(fn):
+        closed = jax.make_jaxpr(fn)(t, jnp.ones_like(t))
+        return [
+            e
+            for e in all_equations(closed)
+            if e.primitive.name == "pad" and e.outvars[0].aval.shape[-1] == 2 * order + 1
+        ]
+
+    d = jax.vmap(taylax.derivatives(f, order))
+    split = d(t, jnp.ones_like(t))
+    assert taylax.CPU.split_numerator_min_order <= order
+    assert not shifted_pads(d)
+    emission(split_numerator_min_order=None)
+    assert shifted_pads(d)
+    np.testing.assert_allclose(split, d(t, jnp.ones_like(t)), rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
 def test_shielded_values_are_unchanged(dtype):
     # `shielded` returns the computed-once value exactly, infinities, nans and signed

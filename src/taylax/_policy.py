@@ -57,6 +57,9 @@ class EmissionPolicy:
     - `reciprocal_min_order`: from this order a stacked numerator over a low-degree
       denominator is a product with the reciprocal (the numerator read once, not one
       column per row).
+    - `split_numerator_min_order`: from this order such a numerator is first split into
+      rows computed once, which the recurrence reads (a product with the reciprocal of
+      that many terms was one slow kernel under `vmap`); None never splits.
     - `recurrence_block`: coefficients per step of the loop.
 
     **Rows or stacks:**
@@ -182,6 +185,7 @@ class EmissionPolicy:
     unroll_max_order: int = 16
     loop_unroll_max_order: int = 8
     reciprocal_min_order: int = 9
+    split_numerator_min_order: int | None = 17
     unroll_max_degree: int = 4
     unroll_low_degree_max_order: int = 32
     recurrence_block: int = 4
@@ -330,6 +334,7 @@ GPU = EmissionPolicy(
     unroll_max_order=32,
     loop_unroll_max_order=32,
     reciprocal_min_order=33,
+    split_numerator_min_order=None,
     unroll_low_degree_max_order=32,
     product_rows_max_order=32,
     stacked_product_rows_max_order=32,

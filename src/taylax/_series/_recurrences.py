@@ -196,6 +196,24 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
     a, b = lift(a, ndim), lift(b, ndim)
     shape = jnp.broadcast_shapes(a.shape[1:], b.shape[1:])
     dtype = jnp.result_type(a, b)
+    split = _policy.current().split_numerator_min_order
+    if (
+        split is not None
+        and order >= split
+        and unrolled(order, degree_of(b))
+        and degree_of(a) > degree_of(b)
+        and not has_separate_rows(a)
+    ):
+        # Rows of their own, each computed once: the recurrence below reads them. The
+        # product with the reciprocal past order 16 was one kernel of K^2 products over
+        # shifted slices of the points' minor axis under vmap, 5x the whole pass. `a`
+        # goes to a buffer first: else XLA computed it again in every row's kernel
+        # (3x the compile time). Figures: docs/EMISSION.md, "Recurrences unrolled to
+        # order 16".
+        a = a.astype(dtype)
+        a = computed_once(a, opaque_one(a))
+        one = opaque_one(lax.index_in_dim(a, 0, keepdims=False))
+        a = stack_rows_as([computed_once(r, one) for r in rows_of(a, a.shape[0])], shape, dtype)
     if (
         order >= _policy.current().reciprocal_min_order
         and unrolled(order, degree_of(b))
