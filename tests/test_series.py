@@ -676,6 +676,32 @@ def test_a_numerator_without_rows_is_split_past_order_16(emission, order):
     np.testing.assert_allclose(split, d(t, jnp.ones_like(t)), rtol=1e-12, atol=0)
 
 
+def test_a_shifted_sum_reads_a_scalar_product_from_a_buffer():
+    """Past the products' rows a product of scalar series is a shifted sum over a padded
+    copy of one factor; where that factor is itself such a product (`cos(t)^3` by
+    squaring), it is computed once first. Under `vmap` XLA:CPU fused the pad with the
+    product that makes it, computing it again per element (docs/EMISSION.md, "Rows")."""
+    order = 24
+
+    def f(t):
+        return jnp.cos(t) ** 3
+
+    closed = jax.make_jaxpr(taylax.derivatives(f, order))(0.5, 1.0)
+    producers = {v: e for e in all_equations(closed) for v in e.outvars}
+    padded = [
+        producers[e.invars[0]].primitive.name
+        for e in all_equations(closed)
+        if e.primitive.name == "pad" and e.outvars[0].aval.shape == (2 * order + 1,)
+    ]
+    assert "taylax_computed_once" in padded
+    # cos^3 = (3 cos t + cos 3t) / 4: its derivatives in closed form.
+    t = np.linspace(0.1, 0.9, 8)
+    got = jax.vmap(taylax.derivatives(f, order))(jnp.asarray(t), jnp.ones(8))
+    for k in (0, 1, 12, 24):
+        want = (3 * np.cos(t + k * np.pi / 2) + 3.0**k * np.cos(3 * t + k * np.pi / 2)) / 4
+        np.testing.assert_allclose(got[:, k], want, rtol=1e-10, atol=1e-10 * 3.0**k)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
 def test_shielded_values_are_unchanged(dtype):
     # `shielded` returns the computed-once value exactly, infinities, nans and signed

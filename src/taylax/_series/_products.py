@@ -5,6 +5,7 @@ factor), as the emission policy says."""
 from __future__ import annotations
 
 import operator
+import weakref
 from collections.abc import Callable
 
 import jax
@@ -14,6 +15,7 @@ from jax import lax
 
 from .. import _policy
 from ._coeffs import Array, degree_of, lift, pad_degree
+from ._marks import computed_once, opaque_one
 from ._rows import has_separate_rows, known_rows, rows_of, stack_rows_as
 
 
@@ -84,6 +86,14 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
         a, poison = finite_part(a, degree)
         return lax.dot_general(table, a, (((1,), (0,)), ((), ()))) + poison
     terms = min(da, degree) + 1
+    if b.ndim == 1 and _SHIFTED_SUMS.get(id(b)) is b:
+        # A scalar series, under `vmap` a (points, K + 1) stack: its zero-padded copy is
+        # the minor axis, and XLA:CPU fused the pad with the shifted sum that makes `b`,
+        # computing it again per element: `cos(t)^3` at K = 24 took 125 of 206 ms of
+        # kernels. In a buffer, `b` is computed once (values computed once are the
+        # policy's `mark_values`; docs/EMISSION.md, "Rows"). Other stacks (a loop's)
+        # are buffers already.
+        b = computed_once(b, opaque_one(b))
     return shifted_sum(lambda i: lax.index_in_dim(a, i, keepdims=True), terms, b, degree)
 
 
@@ -112,7 +122,12 @@ def shifted_sum(row: Callable[[int], Array], terms: int, c: Array, degree: int) 
             zeros = jnp.zeros_like(term) if zeros is None else zeros
             term = lax.select(jnp.broadcast_to(orders >= i, term.shape), term, zeros)
         out = term if out is None else out + term
+    _SHIFTED_SUMS[id(out)] = out
     return out
+
+
+# Outputs of `shifted_sum`, by id (an entry dies with its array): see `cauchy`.
+_SHIFTED_SUMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def finite_part(a: Array, degree: int, summed: tuple[int, ...] = ()) -> tuple[Array, Array]:
