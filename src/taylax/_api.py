@@ -218,6 +218,18 @@ def _derivatives_pass(
     return stacks
 
 
+def _output_factors(jaxpr, order: int, scale: float, first: int) -> tuple:
+    """The `DerivativeFactors` (rows `first..order`) of each of `jaxpr`'s outputs, None for
+    those that are not inexact: a stretched pass's stacks go to the fallback as
+    coefficients, with the factors `k! / h^k` to apply (`with_unscaled_fallback`)."""
+    return tuple(
+        DerivativeFactors(order, scale, first)
+        if jnp.issubdtype(v.aval.dtype, jnp.inexact)
+        else None
+        for v in jaxpr.outvars
+    )
+
+
 def _guarded(unscaled: Callable) -> Callable:
     """`unscaled` traced with the policy's `guarded_products` on: the fallback runs only
     where the stretched pass overflowed, which is where a product's `inf * 0` would put
@@ -270,20 +282,12 @@ def _derivatives_program(order: int, unit: bool = False):
                     (list(consts), list(x_leaves), list(v_leaves)),
                     order,
                 )
-            # The stretched pass's stacks go to the fallback as coefficients, with their
-            # factors `k! / h^k` to apply (`with_unscaled_fallback`).
-            factors = tuple(
-                DerivativeFactors(order, scale, 0)
-                if jnp.issubdtype(v.aval.dtype, jnp.inexact)
-                else None
-                for v in jaxpr.outvars
-            )
             return with_unscaled_fallback(
                 lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, scale, finish=False),
                 _guarded(lambda ops: _derivatives_pass(jaxpr, *ops, order, unit, 1.0, exact=True)),
                 (list(consts), list(x_leaves), list(v_leaves)),
                 first=1,
-                factors=factors,
+                factors=_output_factors(jaxpr, order, scale, 0),
             )
 
         return program
@@ -548,19 +552,12 @@ def _jet_program(order: int, factorial_scaled: bool, safe: bool = True):
                 return [*heads, *coeffs]
 
             n = len(jaxpr.outvars)
-            # The stretched terms go to the fallback as coefficients, with their factors.
-            factors = tuple(
-                DerivativeFactors(order, scale)
-                if jnp.issubdtype(v.aval.dtype, jnp.inexact)
-                else None
-                for v in jaxpr.outvars
-            )
             stacks = with_unscaled_fallback(
                 lambda ops: apart(ops, scale, False, finish=False),
                 _guarded(lambda ops: apart(ops, 1.0, True)),
                 ops,
                 first=(1,) * n + (0,) * n,
-                factors=(None,) * n + factors,
+                factors=(None,) * n + _output_factors(jaxpr, order, scale, 1),
             )
             return [s[0] for s in stacks[:n]], stacks[n:]
 

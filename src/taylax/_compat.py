@@ -320,6 +320,30 @@ from jax._src.interpreters.batching import BatchTracer as BatchTracer  # noqa: E
 from jax.interpreters import ad as ad, batching as batching, mlir as mlir  # noqa: E402
 
 
+def define_as_function(prim, impl, abstract_eval, batch, lower=None):
+    """Register `prim` as the JAX function `impl(*args, **params)`: its implementation,
+    its lowering (unless `lower` is given), and its JVP (`impl`'s own, so that reverse
+    mode transposes ordinary JAX operations); `abstract_eval` and `batch` (a
+    `fancy_primitive_batchers` rule) are its own. Returns `impl_jaxpr(avals, **params)`:
+    `impl`'s program as a closed jaxpr, for an interpreter with no rule for `prim`."""
+
+    def jvp(primals, tangents, **params):
+        tangents = [ad.instantiate_zeros(t) for t in tangents]
+        return jax.jvp(lambda *a: impl(*a, **params), list(primals), tangents)
+
+    def impl_jaxpr(avals, **params):
+        return jax.make_jaxpr(lambda *a: impl(*a, **params))(*avals)
+
+    prim.def_impl(impl)
+    prim.def_abstract_eval(abstract_eval)
+    if lower is None:
+        lower = mlir.lower_fun(impl, multiple_results=prim.multiple_results)
+    mlir.register_lowering(prim, lower)
+    ad.primitive_jvps[prim] = jvp
+    batching.fancy_primitive_batchers[prim] = batch
+    return impl_jaxpr
+
+
 def consts_to_invars(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, list]:
     """Turn a closed jaxpr's constants into leading inputs; return it and the constants.
 

@@ -404,19 +404,7 @@ def _batch(axis_data, args, dims, *, unscaled, first: tuple, n_scaled: int, fact
     return outs, [0] * n_scaled
 
 
-def _jvp(primals, tangents, **params):
-    tangents = [_compat.ad.instantiate_zeros(t) for t in tangents]
-    return jax.jvp(lambda *a: _impl(*a, **params), list(primals), tangents)
-
-
-def impl_jaxpr(avals, **params):
-    """The primitive's program (the conditional) as a closed jaxpr over `avals`: what
-    an interpreter that has no rule of its own for it (a Taylor pass) runs instead."""
-    return jax.make_jaxpr(lambda *a: _impl(*a, **params))(*avals)
-
-
-fallback_p.def_impl(_impl)
-fallback_p.def_abstract_eval(_abstract_eval)
-_compat.mlir.register_lowering(fallback_p, _lower)
-_compat.ad.primitive_jvps[fallback_p] = _jvp
-_compat.batching.fancy_primitive_batchers[fallback_p] = _batch
+# The primitive's program (the conditional) as a closed jaxpr: what an interpreter that
+# has no rule of its own for it (a Taylor pass) runs instead. Differentiated, the
+# primitive is that conditional.
+impl_jaxpr = _compat.define_as_function(fallback_p, _impl, _abstract_eval, _batch, _lower)

@@ -80,10 +80,6 @@ def _abstract_eval(pred, common, *operands, rare):
     return _compat.shaped_array(common.shape, common.dtype)
 
 
-def _lower(ctx, *args, **params):
-    return _compat.mlir.lower_fun(lambda *a: _impl(*a, **params), False)(ctx, *args)
-
-
 def _batch(axis_data, args, dims, *, rare):
     if all(d is None for d in dims):
         return where_any_p.bind(*args, rare=rare), None
@@ -111,19 +107,6 @@ def _batch(axis_data, args, dims, *, rare):
     return lax.cond(jnp.any(pred), selected, lambda _: common_b, None), out_axis
 
 
-def _jvp(primals, tangents, *, rare):
-    tangents = [_compat.ad.instantiate_zeros(t) for t in tangents]
-    return jax.jvp(lambda *a: _impl(*a, rare=rare), list(primals), tangents)
-
-
-def impl_jaxpr(avals, **params):
-    """The primitive's program (the conditional) as a closed jaxpr over `avals`: what a
-    Taylor pass over it runs."""
-    return jax.make_jaxpr(lambda *a: _impl(*a, **params))(*avals)
-
-
-where_any_p.def_impl(_impl)
-where_any_p.def_abstract_eval(_abstract_eval)
-_compat.mlir.register_lowering(where_any_p, _lower)
-_compat.ad.primitive_jvps[where_any_p] = _jvp
-_compat.batching.fancy_primitive_batchers[where_any_p] = _batch
+# The primitive's program (the conditional) as a closed jaxpr: what a Taylor pass over it
+# runs. Differentiated, the primitive is that conditional.
+impl_jaxpr = _compat.define_as_function(where_any_p, _impl, _abstract_eval, _batch)
