@@ -2,8 +2,9 @@
 
 Re-exports only: `_type` (the Series type), `_coeffs` (stacked arrays), `_rows` (rows of
 stacks), `_marks` (what XLA keeps in buffers), `_products`, `_recurrences`, `_quadratic`
-(equations `y' = x' g(x, y)` with `g` quadratic), `_lines` (lines and powers). What a
-pass knows about itself is `taylax._pass`.
+(equations `y' = x' g(x, y)` with `g` quadratic), `_lines` (lines and powers),
+`_identity` (facts about particular arrays, kept by identity). What a pass knows about
+itself is `taylax._pass`.
 """
 
 from ._coeffs import (

@@ -4,7 +4,6 @@ a function of a line is its Taylor coefficients at `x_0` times `d^k`, with no re
 from __future__ import annotations
 
 import math
-import weakref
 
 import jax
 import jax.numpy as jnp
@@ -12,35 +11,26 @@ import numpy as np
 from jax import lax
 
 from ._coeffs import Array, binomials, degree_of, orders, times_powers
+from ._identity import ArrayMarks
 from ._marks import computed_once, opaque_one
 from ._rows import known_rows, leading_rows, rows_wanted, stack_rows_as
 
-# Lines `x_0 + d s` whose direction `d` is a known Python number: the seeds taylax builds
-# itself (a derivative's variable, the default direction: d = 1) and what affine
-# arithmetic with concrete scalars makes of them (`3 t + 1`: d = 3). `along_line` then
-# multiplies by the constants `d^k` (nothing at all for d = 1) instead of computing
-# powers of the direction at run time. Keyed by id with a weak reference to the array
-# (tracers included): an entry dies with its array.
-_LINES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-
-
-_LINE_DIRECTIONS: dict[int, complex] = {}
+# Lines `x_0 + d s` whose direction `d` is a known Python number, with `d`: the seeds
+# taylax builds itself (a derivative's variable, the default direction: d = 1) and what
+# affine arithmetic with concrete scalars makes of them (`3 t + 1`: d = 3). `along_line`
+# then multiplies by the constants `d^k` (nothing at all for d = 1) instead of computing
+# powers of the direction at run time.
+_LINES = ArrayMarks()
 
 
 def mark_line(c: Array, direction) -> Array:
     """Record that the degree-1 stacked array `c` has the constant direction `direction`."""
-    key = id(c)
-    _LINES[key] = c
-    _LINE_DIRECTIONS[key] = direction
-    weakref.finalize(c, _LINE_DIRECTIONS.pop, key, None)
-    return c
+    return _LINES.mark(c, direction)
 
 
 def line_direction(c: Array):
     """The known constant direction of a degree-1 stacked array, or None."""
-    if _LINES.get(id(c)) is not c:
-        return None
-    return _LINE_DIRECTIONS.get(id(c))
+    return _LINES.get(c)
 
 
 def unit_seed(x0: Array, scale: float = 1.0) -> Array:

@@ -4,8 +4,6 @@ coefficient, and copies of cheap producers in every reader would make it O(K^3).
 
 from __future__ import annotations
 
-import weakref
-
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -13,6 +11,7 @@ from jax import lax
 from .. import _once
 from .._pass import one_kernel_pass, pass_order
 from ._coeffs import Array, real_dtype
+from ._identity import ArrayMarks
 
 
 def opaque_one(source: Array) -> Array:
@@ -43,12 +42,11 @@ def computed_once(value: Array, one: Array) -> Array:
         return value
     one = one.astype(jnp.result_type(value))
     out = _once.mark(value, one, kind="once", pass_order=pass_order())
-    _ONCE[id(out)] = out
-    return out
+    return _ONCE.mark(out)
 
 
-# Outputs of `computed_once`, by id (an entry dies with its array).
-_ONCE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# Outputs of `computed_once`.
+_ONCE = ArrayMarks()
 
 
 def shielded(x: Array) -> Array:
@@ -62,6 +60,6 @@ def shielded(x: Array) -> Array:
     the reader (for complex values part by part: `inf * (1 + 0j)` has a nan part). Other
     values are returned as they are; where the value is lowered unmarked, so is this.
     """
-    if _ONCE.get(id(x)) is not x:
+    if x not in _ONCE:
         return x
     return _once.mark(x, opaque_one(x), kind="shield", pass_order=pass_order())

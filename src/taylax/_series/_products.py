@@ -5,7 +5,6 @@ factor), as the emission policy says."""
 from __future__ import annotations
 
 import operator
-import weakref
 from collections.abc import Callable
 
 import jax
@@ -15,6 +14,7 @@ from jax import lax
 
 from .. import _policy
 from ._coeffs import Array, degree_of, lift, pad_degree
+from ._identity import ArrayMarks
 from ._marks import computed_once, opaque_one
 from ._rows import has_separate_rows, known_rows, rows_of, stack_rows_as
 
@@ -86,7 +86,7 @@ def cauchy(a: Array, b: Array, order: int, by_rows: bool = False) -> Array:
         a, poison = finite_part(a, degree)
         return lax.dot_general(table, a, (((1,), (0,)), ((), ()))) + poison
     terms = min(da, degree) + 1
-    if b.ndim == 1 and _SHIFTED_SUMS.get(id(b)) is b:
+    if b.ndim == 1 and b in _SHIFTED_SUMS:
         # A scalar series, under `vmap` a (points, K + 1) stack: its zero-padded copy is
         # the minor axis, and XLA:CPU fused the pad with the shifted sum that makes `b`,
         # computing it again per element: `cos(t)^3` at K = 24 took 125 of 206 ms of
@@ -122,12 +122,11 @@ def shifted_sum(row: Callable[[int], Array], terms: int, c: Array, degree: int) 
             zeros = jnp.zeros_like(term) if zeros is None else zeros
             term = lax.select(jnp.broadcast_to(orders >= i, term.shape), term, zeros)
         out = term if out is None else out + term
-    _SHIFTED_SUMS[id(out)] = out
-    return out
+    return _SHIFTED_SUMS.mark(out)
 
 
-# Outputs of `shifted_sum`, by id (an entry dies with its array): see `cauchy`.
-_SHIFTED_SUMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# Outputs of `shifted_sum`: see `cauchy`.
+_SHIFTED_SUMS = ArrayMarks()
 
 
 def finite_part(a: Array, degree: int, summed: tuple[int, ...] = ()) -> tuple[Array, Array]:

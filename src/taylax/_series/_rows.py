@@ -18,8 +18,6 @@ Five questions about rows, each one function:
 
 from __future__ import annotations
 
-import weakref
-
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -27,6 +25,7 @@ from jax import lax
 from .. import _policy
 from .._pass import in_loop_body
 from ._coeffs import Array, degree_of, derivative_stack, orders, pad_degree, pad_degree_low
+from ._identity import ArrayMarks
 
 
 def with_primal(c: Array, primal: Array) -> Array:
@@ -150,10 +149,7 @@ def with_known_rows(stacked: Array, rows: list[Array]) -> Array:
     """
     stacked = jnp.asarray(stacked)
     mark_separate_rows(stacked)
-    key = id(stacked)
-    _ROW_LISTS[key] = rows
-    weakref.finalize(stacked, _ROW_LISTS.pop, key, None)
-    return stacked
+    return _ROW_LISTS.mark(stacked, rows)
 
 
 def fused_concat_max_operands() -> int:
@@ -175,17 +171,16 @@ def leading_rows(c: Array, count: int) -> Array:
 def mark_buffer_rows(c: Array) -> Array:
     """Record that the known rows of `c` are buffers that exist anyway (a pass's inputs
     `x` and `v`), not expressions a reader would compute: see `has_buffer_rows`."""
-    _BUFFER_ROWS[id(c)] = c
-    return c
+    return _BUFFER_ROWS.mark(c)
 
 
 def has_buffer_rows(c: Array) -> bool:
     """Whether `mark_buffer_rows` recorded `c`: a reduction of its rows one by one would
     only add kernels (each row read once either way, nothing recomputed)."""
-    return _BUFFER_ROWS.get(id(c)) is c
+    return c in _BUFFER_ROWS
 
 
-_BUFFER_ROWS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_BUFFER_ROWS = ArrayMarks()
 
 
 def known_rows(c: Array) -> list[Array] | None:
@@ -200,7 +195,7 @@ def known_rows(c: Array) -> list[Array] | None:
     """
     if in_loop_body() and degree_of(c) > _policy.current().loop_rows_max_order:
         return None
-    return _ROW_LISTS.get(id(c)) if has_separate_rows(c) else None
+    return _ROW_LISTS.get(c) if has_separate_rows(c) else None
 
 
 def rows_wanted(order: int) -> bool:
@@ -216,20 +211,18 @@ def rows_wanted(order: int) -> bool:
 # line (a row is recomputed from the primal's few buffers). Under `vmap` a row of any
 # other stack is a column of a (points, coefficients) array, which costs a pass over all
 # of it: recurrences that read `a_k` for each k ask this first (see `divide`).
-_SEPARATE_ROWS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_SEPARATE_ROWS = ArrayMarks()
 
 
-# The rows of stacks built by `stack_rows_as`, by id of the stack (see `known_rows`); an
-# entry dies with its stack.
-_ROW_LISTS: dict[int, list] = {}
+# Stacks built by `stack_rows_as`, with their rows (see `known_rows`).
+_ROW_LISTS = ArrayMarks()
 
 
 def mark_separate_rows(c: Array) -> Array:
     """Record that the rows of the stacked array `c` can be read one at a time cheaply."""
-    _SEPARATE_ROWS[id(c)] = c
-    return c
+    return _SEPARATE_ROWS.mark(c)
 
 
 def has_separate_rows(c: Array) -> bool:
     """Whether `mark_separate_rows` recorded `c` (this very array, not an equal one)."""
-    return _SEPARATE_ROWS.get(id(c)) is c
+    return c in _SEPARATE_ROWS
