@@ -22,15 +22,23 @@ Chains: the two of `gpu_check.py`, two more of our own, and `1/(1.2 - t)` near i
 where the stretched pass overflows and the fallback runs (its worst case). Steady state
 is the minimum over `--rounds` interleaved rounds (`bench_batched.interleaved_minimum`).
 
-Writes `benchmarks/results/float32.md`.
+With `--set FIELD=VALUE ...` the two `derivatives` contenders are also compiled under
+the platform's emission policy with those fields changed (`derivatives [set]`,
+`derivatives (vmap) [set]`), in the same process and rounds: an A/B of one policy
+choice. The table then gains their two ratios to one pass.
+
+Writes `benchmarks/results/float32.md` (`float32_set.md` with `--set`).
 
     python benchmarks/bench_float32.py                      # K = 13, 16, 24, 32
     python benchmarks/bench_float32.py --orders 16 --n 16384
+    python benchmarks/bench_float32.py --set fallback_in_loop=False
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -66,6 +74,30 @@ CHAINS = {
 }
 JAX_JET_MAX_ORDER = 16
 RESULTS = Path(__file__).resolve().parent / "results" / "float32.md"
+RESULTS_SET = RESULTS.with_name("float32_set.md")
+
+
+def changed_policy(changes: list[str]):
+    """The default backend's emission policy with `FIELD=VALUE` changes (Python literals),
+    or None without any."""
+    if not changes:
+        return None
+    fields = {}
+    for change in changes:
+        field, _, value = change.partition("=")
+        fields[field] = ast.literal_eval(value)
+    platform = {"cpu": taylax.CPU, "gpu": taylax.GPU}.get(jax.default_backend(), taylax.DEFAULT)
+    return dataclasses.replace(platform, name="set", **fields)
+
+
+def with_policy(fns: dict, policy, t, v) -> dict:
+    """`fns`'s `derivatives` contenders compiled under `policy` (an emission policy is in
+    force while a function is traced, so each is lowered and compiled inside it)."""
+    out = {}
+    with taylax.emission_policy(policy):
+        for name in ("derivatives", "derivatives (vmap)"):
+            out[f"{name} [set]"] = fns[name].lower(t, v).compile()
+    return out
 
 
 def contenders(f, K: int) -> dict:
@@ -91,7 +123,11 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=65536)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--chains", default=None, help="comma-separated names (default: all)")
+    parser.add_argument(
+        "--set", nargs="*", default=[], help="FIELD=VALUE: also the derivatives under that policy"
+    )
     args = parser.parse_args(argv)
+    policy = changed_policy(args.set)
     names = args.chains.split(",") if args.chains else list(CHAINS)
     # Near the pole for `pole`, a span inside every chain's domain for the others.
     lines = []
@@ -102,8 +138,12 @@ def main(argv=None) -> int:
 
     emit(f"# {jax.devices()[0].device_kind}, jax {jax.__version__}, float32, N = {args.n}")
     header = "| chain | K | derivatives / one pass | vmap / one pass (vmap) | jet / jet one pass |"
-    emit(header + " ms: derivatives, vmap, one pass, one pass (vmap), jet, jet one pass, jax jet |")
-    emit("|---|---|---|---|---|---|")
+    if policy is not None:
+        emit(f"With {' '.join(args.set)} ([set]):")
+        header += " [set] / one pass | [set] vmap / one pass (vmap) |"
+    names_ms = "derivatives, vmap, one pass, one pass (vmap), jet, jet one pass, jax jet"
+    emit(header + f" ms: {names_ms}{', [set], [set] vmap' if policy else ''} |")
+    emit("|---" * (header.count("|")) + "|")
     for name in names:
         f = CHAINS[name]
         lo, hi = (0.1, 0.3) if f is pole else (0.1, 0.9)
@@ -111,6 +151,8 @@ def main(argv=None) -> int:
         v = jnp.ones_like(t)
         for K in (int(k) for k in args.orders.split(",")):
             fns = contenders(f, K)
+            if policy is not None:
+                fns.update(with_policy(fns, policy, t, v))
             ms = interleaved_minimum(fns, {n: (t, v) for n in fns}, args.rounds, budget_s=30.0)
             row = {
                 "chain": name,
@@ -120,14 +162,19 @@ def main(argv=None) -> int:
                 "vmap / one pass": ms["derivatives (vmap)"] / ms["one pass (vmap)"],
                 "jet / jet one pass": ms["jet"] / ms["jet one pass"],
             }
+            cells = f"{row['vmap / one pass']:.2f}x | {row['jet / jet one pass']:.2f}x |"
+            if policy is not None:
+                row["[set] / one pass"] = ms["derivatives [set]"] / ms["one pass"]
+                row["[set] vmap / one pass"] = (
+                    ms["derivatives (vmap) [set]"] / ms["one pass (vmap)"]
+                )
+                cells += f" {row['[set] / one pass']:.2f}x | {row['[set] vmap / one pass']:.2f}x |"
             times = ", ".join(f"{ms[k]:.2f}" for k in fns)
-            emit(
-                f"| {name} | {K} | {row['derivatives / one pass']:.2f}x | "
-                f"{row['vmap / one pass']:.2f}x | {row['jet / jet one pass']:.2f}x | {times} |"
-            )
+            emit(f"| {name} | {K} | {row['derivatives / one pass']:.2f}x | {cells} {times} |")
             print(json.dumps(row), file=sys.stderr)
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text("\n".join(lines) + "\n")
+    out = RESULTS if policy is None else RESULTS_SET
+    out.parent.mkdir(exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
     return 0
 
 

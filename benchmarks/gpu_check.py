@@ -78,7 +78,9 @@ def all_variants() -> dict[str, taylax.EmissionPolicy]:
     to be computed once (`gpu-marks`), with every closed form row by row to order 32
     (`gpu-rows`), with the output's rows fused into its stack (`gpu-output-fused`), and
     with that and products past order 4 as shifted sums of stacks
-    (`gpu-stacked-products`: the GPU policy before 2026-11-28); and the CPU's."""
+    (`gpu-stacked-products`: the GPU policy before 2026-11-28), with float32's unscaled
+    fallback as the CPU's `while` loop rather than a conditional (`gpu-fallback-loop`);
+    and the CPU's."""
     looped = dict(unroll_max_order=8, unroll_low_degree_max_order=32, polynomial_rows_max_order=1)
     rows_fused = dict(output_rows_apart_min_order=None)
     stacked_products = dict(product_rows_max_order=4, stacked_product_rows_max_order=4)
@@ -102,6 +104,9 @@ def all_variants() -> dict[str, taylax.EmissionPolicy]:
         "gpu-output-fused": dataclasses.replace(gpu, name="gpu-output-fused", **rows_fused),
         "gpu-stacked-products": dataclasses.replace(
             gpu, name="gpu-stacked-products", **rows_fused, **stacked_products
+        ),
+        "gpu-fallback-loop": dataclasses.replace(
+            gpu, name="gpu-fallback-loop", fallback_in_loop=True
         ),
         "cpu": taylax.CPU,
     }

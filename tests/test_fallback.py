@@ -70,11 +70,44 @@ def test_values_near_and_far_from_the_pole(t):
         assert not np.isfinite(got[35:]).any()
 
 
-def test_the_program_is_the_stretched_pass_and_one_conditional():
-    closed = jax.make_jaxpr(taylax.derivatives(pole, ORDER))(NEAR)
-    assert any(e.primitive is fallback_p for e, _ in _equations(closed))
-    lowered = jax.jit(taylax.derivatives(pole, ORDER)).lower(NEAR).as_text()
-    assert "stablehlo.case" in lowered or "stablehlo.if" in lowered
+@pytest.mark.parametrize("base", ["CPU", "GPU"])
+def test_the_program_is_the_stretched_pass_and_one_loop_or_conditional(base, emission):
+    # Under `vmap` the CPU policy lowers the fallback as a `while` loop of zero or one
+    # trips carrying the derivatives (`fallback_in_loop`), the GPU policy as a
+    # conditional; a whole array keeps the conditional under both. The values are the
+    # same near the pole (the loop's one trip) and far from it (none). The CPU's passes
+    # have loops of their own at this order.
+    policy = getattr(taylax, base)
+    points = jnp.asarray([NEAR, FAR])
+
+    def counts(in_loop):
+        emission(base=policy, fallback_in_loop=in_loop)
+        closed = jax.make_jaxpr(taylax.derivatives(pole, ORDER))(NEAR)
+        assert any(e.primitive is fallback_p for e, _ in _equations(closed))
+        out = []
+        for fn, args in [
+            (taylax.derivatives(pole, ORDER), (NEAR,)),
+            (jax.vmap(taylax.derivatives(pole, ORDER)), (points, jnp.ones_like(points))),
+        ]:
+            text = jax.jit(fn).lower(*args).as_text()
+            out.append(
+                (
+                    text.count("stablehlo.while"),
+                    text.count("stablehlo.case") + text.count("stablehlo.if"),
+                )
+            )
+        got = jax.jit(taylax.derivatives(pole, ORDER))(NEAR)
+        batch = jax.jit(jax.vmap(taylax.derivatives(pole, ORDER)))(points, jnp.ones_like(points))
+        for k in range(35):
+            _close(got[k], k, NEAR)
+            _close(batch[0, k], k, NEAR)
+            _close(batch[1, k], k, FAR)
+        return out
+
+    (whole, batched), (whole_then, batched_then) = counts(False), counts(True)
+    assert whole[1] == 1 and whole_then == whole
+    assert batched[1] == 1 and batched_then == (batched[0] + 1, 0)
+    assert taylax.CPU.fallback_in_loop and not taylax.GPU.fallback_in_loop
 
 
 @pytest.mark.parametrize("base", ["CPU", "GPU"])
@@ -106,11 +139,22 @@ def test_the_check_reads_the_stacks_apart_where_the_policy_says(base):
         assert barriers(apart, batched) == barriers(fused, batched) + 1
 
 
+def _fallback_program(closed):
+    """The (only) `fallback_p` equation of `closed` and its program, the conditional."""
+    from taylax._fallback import impl_jaxpr
+
+    (eqn,) = [e for e, _ in _equations(closed) if e.primitive is fallback_p]
+    return eqn, impl_jaxpr([v.aval for v in eqn.invars], **eqn.params)
+
+
 def test_under_vmap_one_predicate_for_the_whole_batch():
     points = jnp.linspace(-3.0, 0.2, 64, dtype=jnp.float32)
     batched = jax.vmap(taylax.derivatives(pole, ORDER))
     closed = jax.make_jaxpr(batched)(points, jnp.ones_like(points))
-    cond = _fallback_cond(closed)
+    # Batched, the primitive binds again with the orders behind the batch axis.
+    eqn, program = _fallback_program(closed)
+    assert eqn.params["axis"] == 1
+    cond = _fallback_cond(program)
     # A batched predicate would have made the conditional a select after both passes.
     assert cond.invars[0].aval.shape == ()
     got = batched(points, jnp.ones_like(points))
@@ -119,6 +163,19 @@ def test_under_vmap_one_predicate_for_the_whole_batch():
             _close(got[i, k], k, points[i])
     # Each point keeps its own merge: far points are the stretched pass's own values.
     np.testing.assert_array_equal(got[0], taylax.derivatives(pole, ORDER)(points[0]))
+
+
+def test_nested_vmaps_keep_one_predicate():
+    points = jnp.linspace(-3.0, 0.2, 6, dtype=jnp.float32).reshape(2, 3)
+    batched = jax.vmap(jax.vmap(taylax.derivatives(pole, ORDER)))
+    closed = jax.make_jaxpr(batched)(points, jnp.ones_like(points))
+    eqn, program = _fallback_program(closed)
+    assert eqn.params["axis"] == 2
+    assert _fallback_cond(program).invars[0].aval.shape == ()
+    got = jax.jit(batched)(points, jnp.ones_like(points))
+    for i, j in [(0, 0), (1, 2)]:
+        for k in range(35):
+            _close(got[i, j, k], k, points[i, j])
 
 
 def test_unbatched_values_pass_through_vmap():
@@ -295,18 +352,12 @@ def test_the_common_branch_computes_the_derivatives(batched):
     """The stretched stacks enter the conditional as coefficients and each branch
     multiplies them by `k!/h^k`: a branch that returned its operand as it is made XLA copy
     the whole output on every call (docs/EMISSION.md, "float32 past order 12")."""
-    from taylax._fallback import impl_jaxpr
-
     points = jnp.linspace(-3.0, 0.2, 8, dtype=jnp.float32)
     if batched:
         closed = jax.make_jaxpr(jax.vmap(taylax.derivatives(pole, ORDER)))(points, points)
     else:
-        (eqn,) = [
-            e
-            for e, _ in _equations(jax.make_jaxpr(taylax.derivatives(pole, ORDER))(NEAR))
-            if e.primitive is fallback_p
-        ]
-        closed = impl_jaxpr([v.aval for v in eqn.invars], **eqn.params)
+        closed = jax.make_jaxpr(taylax.derivatives(pole, ORDER))(NEAR)
+    _, closed = _fallback_program(closed)
     cond = _fallback_cond(closed)
     for branch in cond.params["branches"]:
         inputs = set(branch.jaxpr.invars)

@@ -9,13 +9,18 @@ finite: one pass's time where it is not needed, instead of both passes and their
 merge on every call (docs/EMISSION.md, "float32 past order 12"). The stretched pass
 enters it as coefficients, and each branch takes their products by `k!/h^k`
 (`DerivativeFactors`): a branch that returned its operand had XLA copy the output.
+Under `jax.vmap`, where the policy says so (`fallback_in_loop`, XLA:CPU), the lowering
+instead takes the products first and runs the second pass in a `while` loop of zero or
+one trips, whose carry XLA updates in place: the products then fuse into the pass's own
+kernels.
 
 A primitive rather than a plain `lax.cond`, for `jax.vmap`: a batched `lax.cond` sees
 one predicate per point and becomes a select after both passes, slower even than the
 unconditional merge (same section).
-`fallback_p`'s batching rule asks one question for the whole batch (or for each chunk
-of points, inside `taylax._point_chunks`): the second pass runs, batched, when any point
-needs it, and each point keeps its own merge. Differentiated, the primitive is the
+`fallback_p`'s batching rule binds it again over the batched unscaled pass, with the
+orders one axis further on (`axis`): one question for the whole batch (or for each chunk
+of points, inside `taylax._point_chunks`), so the second pass runs, batched, when any
+point needs it, and each point keeps its own merge. Differentiated, the primitive is the
 plain conditional (as `taylax._point_chunks.chunked_call_p` is its pass), so reverse mode
 transposes ordinary JAX operations; a Taylor pass over it runs the conditional too.
 
@@ -102,17 +107,49 @@ class DerivativeFactors:
 
 
 def _finished(stacks: list, factors: tuple, axis: int) -> list:
-    """Each stack times its `DerivativeFactors` along its orders (`axis` 0, or 1 behind a
-    batch axis); a stack whose factors are None as it is."""
+    """Each stack times its `DerivativeFactors` along its orders (`axis`, behind that many
+    batch axes); a stack whose factors are None as it is."""
     out = []
     for c, f in zip(stacks, factors):
         if f is None:
             out.append(c)
-        elif axis == 0:
-            out.append(times_exact(c, f.values()))
-        else:
-            out.append(jax.vmap(lambda x, f=f: times_exact(x, f.values()))(c))
+            continue
+        times = functools.partial(times_exact, factors=f.values())
+        for _ in range(axis):
+            times = jax.vmap(times)
+        out.append(times(c))
     return out
+
+
+def _merged_stacks(stacks: list, fallback: list, first: tuple, axis: int) -> list:
+    """`stacks` (derivatives) with each value that is not finite taken from `fallback`'s
+    where that is usable (`merged`); orders along `axis`."""
+    stacks = list(stacks)
+    for i in _inexact(stacks):
+        c, head_rows = stacks[i], first[i]
+        rows = (slice(None),) * axis + (slice(head_rows, None),)
+        lead = (slice(None),) * axis + (slice(0, head_rows),)
+        # The rows after the primal are orders 1, 2, ...
+        orders = lax.broadcasted_iota(np.int32, c[rows].shape, axis) + 1
+        trusted = orders < zero_trusted_orders(c.dtype)
+        tail = merged(c[rows], fallback[i][rows], trusted)
+        if head_rows:
+            # The primal stays the stretched pass's where it is finite; where it is not
+            # (an overflowed high coefficient reached it through a product's zeros,
+            # `inf * 0`), the unscaled pass's.
+            head = jnp.where(jnp.isfinite(c[lead]), c[lead], fallback[i][lead])
+            stacks[i] = lax.concatenate([head, tail], axis) if c.shape[axis] > 1 else head
+        else:
+            stacks[i] = tail
+    return stacks
+
+
+def _all_finite(stacks: list):
+    """A boolean scalar: whether every value of the inexact `stacks` is finite."""
+    # `x * 0` is 0 where `x` is finite and NaN where not: one sum says whether all are,
+    # and XLA:CPU reduces a sum faster than a conjunction of `isfinite`
+    # (docs/EMISSION.md, "float32 past order 12").
+    return jnp.isfinite(sum(_nan_sum(stacks[i]) for i in _inexact(stacks)))
 
 
 def _conditional(
@@ -123,13 +160,33 @@ def _conditional(
     axis: int,
     apart: bool,
     factors: tuple,
+    loop: bool = False,
 ):
     """`scaled` times `factors` (`_finished`), merged with `unscaled(operands)`, the second
     pass run only when some value of `scaled` (row 0 included) is not finite. `first[i]`
     is 1 where stack `i`'s row 0 along `axis` holds the primal (merged apart), 0 where
     its rows are orders 1, 2, ... `apart` (the policy's `fallback_check_apart`): the
-    check reads the stacks behind an optimization barrier."""
-    inexact = _inexact(scaled)
+    check reads the stacks behind an optimization barrier. `loop` (the policy's
+    `fallback_in_loop`, lowering only: a `while` loop has no reverse mode): the factors
+    apply first, and the second pass runs in a `while` loop of zero or one trips that
+    carries the derivatives."""
+    if loop:
+        # The products by the factors then fuse into the kernels that write the stacks,
+        # and a loop updates its carry in place where a conditional's branch that keeps
+        # its operand is a copy: on XLA:CPU two passes over the output fewer
+        # (docs/EMISSION.md, "float32 past order 12"). A product overflows only where its
+        # derivative leaves the dtype's range (`times_exact`), which the unscaled pass
+        # cannot give either: the check may read the products.
+        out = _finished(list(scaled), factors, axis)
+        if apart:
+            out = list(lax.optimization_barrier(out))
+        needed = ~_all_finite(out)
+
+        def merge(carry):
+            _, stacks = carry
+            return jnp.zeros((), bool), _merged_stacks(stacks, unscaled(operands), first, axis)
+
+        return lax.while_loop(lambda carry: carry[0], merge, (needed, out))[1]
     # The check reads the stacks before their factors: a product that overflows is a
     # derivative past the dtype's range, which the unscaled pass cannot give either
     # (`times_exact` overflows no step unless its result does).
@@ -140,33 +197,13 @@ def _conditional(
         # (docs/EMISSION.md, "GPU"). Behind the barrier the pass keeps its own kernels
         # and the check reads the stacks once more.
         scaled = list(lax.optimization_barrier(list(scaled)))
-    # `x * 0` is 0 where `x` is finite and NaN where not: one sum says whether all are,
-    # and XLA:CPU reduces a sum faster than a conjunction of `isfinite`
-    # (docs/EMISSION.md, "float32 past order 12").
     # Over whole stacks, the primal's row too (a non-finite primal only runs the second
     # pass for nothing): a slice of the rows had XLA compute the stack twice.
-    finite = jnp.isfinite(sum(_nan_sum(scaled[i]) for i in inexact))
+    finite = _all_finite(scaled)
 
     def merge(args):
-        stacks, ops = _finished(list(args[0]), factors, axis), list(args[1])
-        fallback = unscaled(ops)
-        for i in inexact:
-            c, head_rows = stacks[i], first[i]
-            rows = (slice(None),) * axis + (slice(head_rows, None),)
-            lead = (slice(None),) * axis + (slice(0, head_rows),)
-            # The rows after the primal are orders 1, 2, ...
-            orders = lax.broadcasted_iota(np.int32, c[rows].shape, axis) + 1
-            trusted = orders < zero_trusted_orders(c.dtype)
-            tail = merged(c[rows], fallback[i][rows], trusted)
-            if head_rows:
-                # The primal stays the stretched pass's where it is finite; where it is
-                # not (an overflowed high coefficient reached it through a product's
-                # zeros, `inf * 0`), the unscaled pass's.
-                head = jnp.where(jnp.isfinite(c[lead]), c[lead], fallback[i][lead])
-                stacks[i] = lax.concatenate([head, tail], axis) if c.shape[axis] > 1 else head
-            else:
-                stacks[i] = tail
-        return stacks
+        stacks = _finished(list(args[0]), factors, axis)
+        return _merged_stacks(stacks, unscaled(list(args[1])), first, axis)
 
     # The factors apply inside the branches: a branch that returned its operand as it is
     # made XLA copy the whole output (docs/EMISSION.md, "float32 past order 12").
@@ -211,7 +248,13 @@ def with_unscaled_fallback(
     closed = jax.make_jaxpr(lambda *ls: safe(jax.tree.unflatten(tree, ls)))(*avals)
     first = tuple(first) if isinstance(first, (tuple, list)) else (first,) * len(stacks)
     return fallback_p.bind(
-        *stacks, *leaves, unscaled=closed, first=first, n_scaled=len(stacks), factors=factors
+        *stacks,
+        *leaves,
+        unscaled=closed,
+        first=first,
+        n_scaled=len(stacks),
+        factors=factors,
+        axis=0,
     )
 
 
@@ -358,50 +401,58 @@ def _run(closed):
     return lambda ops: _compat.jaxpr_as_fun(closed)(*ops)
 
 
-def _impl(*args, unscaled, first: tuple, n_scaled: int, factors: tuple, policy=None):
+def _impl(
+    *args, unscaled, first: tuple, n_scaled: int, factors: tuple, axis: int, policy=None, loop=False
+):
     scaled, operands = list(args[:n_scaled]), list(args[n_scaled:])
     apart = (policy or _policy.current()).fallback_check_apart
-    return _conditional(scaled, operands, _run(unscaled), first, 0, apart, factors)
+    return _conditional(scaled, operands, _run(unscaled), first, axis, apart, factors, loop)
 
 
 def _lower(ctx, *args, **params):
-    # Lowered for a known platform: its policy decides, unless a user set one.
+    # Lowered for a known platform: its policy decides, unless a user set one. Only the
+    # lowering takes the loop: differentiated (reverse mode transposes it), the primitive
+    # is the conditional. A whole array keeps the conditional: there any loop, even one
+    # with an empty body, made XLA:CPU run the log1p chain's pass at K = 24 and 32 up to
+    # 14% slower (docs/EMISSION.md, "float32 past order 12").
     policy = _policy.for_lowering(ctx.module_context.platforms)
-    impl = _compat.mlir.lower_fun(lambda *a: _impl(*a, **params, policy=policy), True)
+    loop = policy.fallback_in_loop and params["axis"] > 0
+    impl = _compat.mlir.lower_fun(lambda *a: _impl(*a, **params, policy=policy, loop=loop), True)
     return impl(ctx, *args)
 
 
-def _abstract_eval(*avals, unscaled, first: tuple, n_scaled: int, factors: tuple):
-    del unscaled, first, factors
+def _abstract_eval(*avals, unscaled, first: tuple, n_scaled: int, factors: tuple, axis: int):
+    del unscaled, first, factors, axis
     return [_compat.shaped_array(a.shape, a.dtype) for a in avals[:n_scaled]]
 
 
-def _batch(axis_data, args, dims, *, unscaled, first: tuple, n_scaled: int, factors: tuple):
-    params = dict(unscaled=unscaled, first=first, n_scaled=n_scaled, factors=factors)
+def _batch(axis_data, args, dims, *, unscaled, first, n_scaled: int, factors, axis: int):
+    params = dict(unscaled=unscaled, first=first, n_scaled=n_scaled, factors=factors, axis=axis)
     if all(d is None for d in dims):
         return fallback_p.bind(*args, **params), [None] * n_scaled
     size = axis_data.size
     # The stretched stacks with the batch axis in front (broadcast where a stack does not
-    # depend on the batch), so that one predicate covers every point.
+    # depend on the batch), so that one predicate covers every point; the orders one
+    # axis further on.
     scaled = [
         jnp.broadcast_to(a, (size,) + a.shape) if d is None else jnp.moveaxis(a, d, 0)
         for a, d in zip(args[:n_scaled], dims[:n_scaled])
     ]
-
-    def batched(ops):
-        run = _compat.jaxpr_as_fun(unscaled)
-        outs = jax.vmap(
+    operands, operand_dims = list(args[n_scaled:]), list(dims[n_scaled:])
+    run = _compat.jaxpr_as_fun(unscaled)
+    batched = jax.make_jaxpr(
+        jax.vmap(
             lambda *o: list(run(*o)),
-            in_axes=list(dims[n_scaled:]),
+            in_axes=operand_dims,
             axis_name=axis_data.name,
             axis_size=size,
             spmd_axis_name=axis_data.spmd_name,
-        )(*ops)
-        return list(outs)
-
-    apart = _policy.current().fallback_check_apart
-    outs = _conditional(scaled, list(args[n_scaled:]), batched, first, 1, apart, factors)
-    return outs, [0] * n_scaled
+        )
+    )(*[jax.ShapeDtypeStruct(np.shape(o), jnp.result_type(o)) for o in operands])
+    params.update(unscaled=batched, axis=axis + 1)
+    # The batched primitive again, not its conditional: lowered, it takes the policy's
+    # form (`fallback_in_loop`), and nested `vmap`s keep one predicate.
+    return fallback_p.bind(*scaled, *operands, **params), [0] * n_scaled
 
 
 # The primitive's program (the conditional) as a closed jaxpr: what an interpreter that

@@ -132,7 +132,10 @@ class EmissionPolicy:
     **The unscaled fallback** (`taylax._fallback`, float32 past order 12):
     `fallback_check_apart`: the check whether a stretched pass is finite reads the
     pass's stacks behind an optimization barrier, so the compiler cannot fuse the pass
-    into the check's reduction.
+    into the check's reduction. `fallback_in_loop`: under `jax.vmap`, the stretched
+    pass's derivatives are finished first and carried through a `while` loop of zero or
+    one trips that runs the unscaled pass (updated in place), rather than a conditional
+    whose common branch writes them again.
 
     **Fusion cuts** (`taylax._cuts`): `fusion_cut`: after this much work (equations that
     read a varying value, each weighing `min(K, unroll_max_order)`), the series still to be
@@ -227,6 +230,7 @@ class EmissionPolicy:
     unrolled_max_blocks: int = 4
     direction_block: int = 16
     fallback_check_apart: bool = False
+    fallback_in_loop: bool = True
     guarded_products: bool = False
     fusion_cut: int | None = 256
     fusion_cut_min_work: int | None = 2048
@@ -347,6 +351,7 @@ GPU = EmissionPolicy(
     mark_values=False,
     blocked_directions=False,
     fallback_check_apart=True,
+    fallback_in_loop=False,
     fusion_cut_min_work=None,
     roll_past=None,
     nested_rowless_max_elements=None,
