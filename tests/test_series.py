@@ -853,3 +853,21 @@ def test_real_exponent_powers_are_pows(p, dtype):
         finite = np.isfinite(want) & (want != 0)
         eps = np.finfo(dtype).eps
         np.testing.assert_allclose(got[finite], want[finite], rtol=(order + 2) * eps)
+
+
+def test_array_marks_hold_a_fact_for_that_array_only():
+    # `_series._identity.ArrayMarks`: a mark and its value belong to one array object,
+    # not to equal arrays, and go when the array does.
+    import gc
+
+    from taylax._series._identity import ArrayMarks
+
+    marks = ArrayMarks()
+    x = marks.mark(jnp.ones(3), "a line")
+    y = marks.mark(jnp.zeros(2))
+    assert x in marks and marks.get(x) == "a line"
+    assert y in marks and marks.get(y) is None
+    assert jnp.ones(3) not in marks and marks.get(jnp.ones(3)) is None
+    del x
+    gc.collect()
+    assert not marks._values and len(marks._arrays) == 1
