@@ -220,13 +220,13 @@ def with_unscaled_fallback(
     unscaled: Callable,
     operands,
     first: int | tuple[int, ...],
-    factors: tuple | None = None,
+    factors: tuple,
 ) -> list:
-    """The derivatives `scaled(operands)` (from the pass along `h` times the direction,
+    """The derivatives of `scaled(operands)` (the pass along `h` times the direction,
     stacked along a leading axis) merged order by order with `unscaled(operands)`'s
-    (`merged`) where they are not finite. With `factors` (one per stack: its
-    `DerivativeFactors`, or None), `scaled` returns coefficients along the stretched
-    line and the products by `k! / h^k` are taken here, inside the conditional.
+    (`merged`) where they are not finite. `scaled` returns coefficients along the
+    stretched line, and the products by `k! / h^k` are taken here: `factors` holds one
+    `DerivativeFactors` per stack, or None for a stack kept as it is.
     `first` (one for all stacks, or one per stack) is 1 where a stack's row 0 holds the
     primal, which stays the scaled pass's where that is finite (both passes compute it,
     but XLA may evaluate a long primal, float32 `lgamma`, a few ulps apart) and is the
@@ -238,7 +238,7 @@ def with_unscaled_fallback(
     of `operands` (a pytree of arrays) alone, differentiated through `overflow_safe`.
     """
     stacks = overflow_safe(scaled)(operands)
-    factors = tuple(factors) if factors is not None else (None,) * len(stacks)
+    factors = tuple(factors)
     if not _inexact(stacks):
         return _finished(stacks, factors, 0)
     leaves, tree = jax.tree.flatten(operands)
