@@ -129,6 +129,25 @@ class BenchConfig:
 # --------------------------------------------------------------------------------------
 
 
+def changed_policy(changes: Sequence[str]):
+    """The default backend's emission policy with `FIELD=VALUE` changes (values as Python
+    literals) and named "set", or None without any."""
+    if not changes:
+        return None
+    import ast
+
+    import jax
+
+    import taylax
+
+    fields = {}
+    for change in changes:
+        field, _, value = change.partition("=")
+        fields[field] = ast.literal_eval(value)
+    base = {"cpu": taylax.CPU, "gpu": taylax.GPU}.get(jax.default_backend(), taylax.DEFAULT)
+    return dataclasses.replace(base, name="set", **fields)
+
+
 def build_case(case: str) -> tuple[Callable[[Any], Any], Any, Any]:
     """Returns ``(f, x, v)``: the function, the point and the direction of the case.
 

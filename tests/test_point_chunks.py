@@ -34,7 +34,11 @@ def small_chunks(emission):
     """Chunks of 16 points from 32 points on, whatever the buffers' size (the CPU policy
     so changed, in force for the test); returns the changes."""
     changes = dict(
-        chunk_points=16, chunked_min_bytes=1, high_order_chunk_points=16, high_order_min_bytes=1
+        chunk_points=16,
+        chunked_min_bytes=1,
+        high_order_chunk_points=16,
+        high_order_narrow_chunk_points=16,
+        high_order_min_bytes=1,
     )
     emission(**changes)
     return changes
@@ -141,6 +145,11 @@ def test_chunk_size_by_order():
     assert "cond" in _primitives(high, t)
     # At order 8 the same batch is one chunk of 65,536: one vmap.
     assert _scan_lengths(jax.vmap(taylax.derivatives(damped_wave, 8)), t) == []
+    # float32 past `high_order`: chunks of `high_order_narrow_chunk_points`.
+    t32 = t.astype(jnp.float32)
+    narrow = taylax.CPU.high_order_narrow_chunk_points
+    assert narrow != taylax.CPU.high_order_chunk_points
+    assert _scan_lengths(high, t32) == [65536 // narrow]
 
 
 def test_chunks_shrink_until_their_buffers_fit(emission):

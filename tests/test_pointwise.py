@@ -29,6 +29,7 @@ def small_chunks(emission):
         chunk_points=16,
         chunked_min_bytes=1,
         high_order_chunk_points=16,
+        high_order_narrow_chunk_points=16,
         high_order_min_bytes=1,
         elementwise_by_points_min_bytes=1,
     )
@@ -169,3 +170,29 @@ def test_passes_that_a_vmap_runs_whole_stay_whole(small_chunks):
     np.testing.assert_allclose(
         d(x, jnp.ones_like(x)), nested_jvp_derivatives(f, x, jnp.ones_like(x), 6), rtol=1e-12
     )
+
+
+def test_narrow_passes_past_high_order_keep_whole_arrays_longer(small_chunks, emission):
+    # Past `high_order` a float32 whole-array pass ran as fast as the vmap in chunks up to
+    # more bytes than float64's or lower orders' (`elementwise_by_points_narrow_min_bytes`).
+    K, n = 6, 64
+    x32 = jnp.linspace(0.5, 1.5, n, dtype=jnp.float32)
+    x64 = jnp.linspace(0.5, 1.5, n)
+    series32 = n * (K + 1) * 4
+    d = taylax.derivatives(damped_wave, K)
+    emission(
+        **{**small_chunks, "high_order": 4, "elementwise_by_points_narrow_min_bytes": series32 + 1}
+    )
+    assert "scan" not in _primitives(d, x32, jnp.ones_like(x32))
+    assert "scan" in _primitives(d, x64, jnp.ones_like(x64))
+    assert "scan" in _primitives(taylax.derivatives(damped_wave, 4), x32, jnp.ones_like(x32))
+    emission(
+        **{**small_chunks, "high_order": 4, "elementwise_by_points_narrow_min_bytes": series32}
+    )
+    assert "scan" in _primitives(d, x32, jnp.ones_like(x32))
+    # float32 against float64 per point, each order relative to its largest value (a
+    # value near a zero of its order carries the cancellation's absolute error).
+    got = np.asarray(d(x32, jnp.ones_like(x32)), np.float64)
+    want = _per_point(damped_wave, K, x64, jnp.ones_like(x64))
+    scale = np.max(np.abs(want), axis=1, keepdims=True)
+    assert np.max(np.abs(got - want) / scale) < 1e-5

@@ -334,12 +334,25 @@ def _over_points(fun, order, x, v, kind, api, unit, closed):
     """`_taylor_leaves`'s result for an elementwise `fun` on whole arrays, as a `jax.vmap`
     of its pass at one point over the flattened arrays, run in chunks of points
     (`taylax._pointwise`); None where `fun` is not elementwise, where its series are
-    smaller than the policy's `elementwise_by_points_min_bytes`, or where that `vmap`
+    smaller than the policy's `elementwise_by_points_min_bytes` (its
+    `elementwise_by_points_narrow_min_bytes` for float32 past `high_order`), or where that `vmap`
     would not run in chunks: there the whole-array pass, whose rows are contiguous, was as
     fast or faster (docs/EMISSION.md, "Whole arrays")."""
-    min_bytes = _policy.current().elementwise_by_points_min_bytes
+    policy = _policy.current()
     x_leaves, v_leaves = jax.tree.leaves(x), jax.tree.leaves(v)
-    series_bytes = (order + 1) * sum(np.size(a) * jnp.result_type(a).itemsize for a in x_leaves)
+    itemsizes = [jnp.result_type(a).itemsize for a in x_leaves]
+    min_bytes = policy.elementwise_by_points_min_bytes
+    if (
+        min_bytes is not None
+        and policy.elementwise_by_points_narrow_min_bytes is not None
+        and order > policy.high_order
+        and _point_chunks.narrow(x_leaves)
+    ):
+        # Past order 16 a float32 whole-array pass ran as fast as the vmap in chunks, or
+        # faster, up to 32 MiB of series, where float64 and lower orders gained up to 4x
+        # from 12 MiB (docs/EMISSION.md, "Whole arrays").
+        min_bytes = max(min_bytes, policy.elementwise_by_points_narrow_min_bytes)
+    series_bytes = (order + 1) * sum(np.size(a) * i for a, i in zip(x_leaves, itemsizes))
     if min_bytes is None or series_bytes < min_bytes:
         return None
     shape = _pointwise.points_shape(closed, x_leaves)

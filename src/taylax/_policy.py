@@ -101,10 +101,15 @@ class EmissionPolicy:
       points (`taylax._point_chunks`, whose thresholds are `chunk_points` etc.);
       `chunk_max_bytes`: chunks are halved (down to `high_order_chunk_points`) until
       their buffers fit in it; None keeps `chunk_points`.
+      `high_order_narrow_chunk_points`: the chunk past `high_order` of a pass whose
+      inputs are all of 4 bytes or fewer (float32); None: `high_order_chunk_points`.
     - `elementwise_by_points_min_bytes`: a whole-array call of a function that maps
       elements independently, whose series take at least this many bytes (points times
       `K + 1` coefficients), runs as a `vmap` of its pass at one point over the flattened
       arrays where that `vmap` runs in chunks (`taylax._pointwise`); None never does.
+      `elementwise_by_points_narrow_min_bytes`: the same threshold for a pass past
+      `high_order` in a dtype of 4 bytes or fewer (float32), where the whole-array pass
+      ran as fast as that `vmap` over more bytes; None: as the first.
 
     **Values computed once** (`taylax._once`): at orders up to
     `unmarked_any_size_max_order` no value is marked; up to `unmarked_max_order`, values
@@ -205,12 +210,14 @@ class EmissionPolicy:
     scalar_products_as_dots: bool = False
     element_chunk: int | None = 8192
     point_chunks: bool = True
-    elementwise_by_points_min_bytes: int | None = 32 << 20
+    elementwise_by_points_min_bytes: int | None = 12 << 20
+    elementwise_by_points_narrow_min_bytes: int | None = 32 << 20
     chunk_points: int = 1 << 16
     chunked_min_bytes: int = 32 << 20
     chunked_min_buffers: int = 8
     high_order: int = 16
     high_order_chunk_points: int = 1 << 13
+    high_order_narrow_chunk_points: int | None = 1 << 14
     high_order_min_bytes: int = 16 << 20
     chunk_max_bytes: int | None = 16 << 20
     chunked_max_order: int = 32
