@@ -14,6 +14,11 @@ default backend:
   the same series as normalized terms (`factorial_scaled=False`: no stretch, no
   fallback). A general input series costs more than a line (no closed forms along a
   line, products of full degree), so `jet` is compared with its own one pass;
+* `floor`, `jet floor`: the least either can do after one pass (the coefficients times
+  `k!` and whether all are finite, in one program with no fallback to branch to): what
+  the check and the products cost on top of the pass where XLA fuses them as it likes;
+  `one pass, k!`: the same without the check (`derivatives` by one pass, as below order
+  13, where nothing overflows);
 * `jax jet`: `jax.experimental.jet` on the whole array (orders up to 16: at 24 and 32
   its steady state is seconds).
 
@@ -27,7 +32,9 @@ the platform's emission policy with those fields changed (`derivatives [set]`,
 `derivatives (vmap) [set]`), in the same process and rounds: an A/B of one policy
 choice. The table then gains their two ratios to one pass.
 
-Writes `benchmarks/results/float32.md` (`float32_set.md` with `--set`).
+Each chain runs in a process of its own (`--in-process`: all in this one): after the
+other chains, one cell read 1.6x its time alone (`chain_rows_apart`). Writes
+`benchmarks/results/float32.md` (`float32_set.md` with `--set`).
 
     python benchmarks/bench_float32.py                      # K = 13, 16, 24, 32
     python benchmarks/bench_float32.py --orders 16 --n 16384
@@ -37,19 +44,21 @@ Writes `benchmarks/results/float32.md` (`float32_set.md` with `--set`).
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
 import json
+import math
+import subprocess
 import sys
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import jet as jax_jet
 
 import taylax
 from bench_batched import interleaved_minimum
 from gpu_check import CHAINS as GPU_CHAINS
+from harness import changed_policy
 
 jax.config.update("jax_enable_x64", False)
 
@@ -77,19 +86,6 @@ RESULTS = Path(__file__).resolve().parent / "results" / "float32.md"
 RESULTS_SET = RESULTS.with_name("float32_set.md")
 
 
-def changed_policy(changes: list[str]):
-    """The default backend's emission policy with `FIELD=VALUE` changes (Python literals),
-    or None without any."""
-    if not changes:
-        return None
-    fields = {}
-    for change in changes:
-        field, _, value = change.partition("=")
-        fields[field] = ast.literal_eval(value)
-    platform = {"cpu": taylax.CPU, "gpu": taylax.GPU}.get(jax.default_backend(), taylax.DEFAULT)
-    return dataclasses.replace(platform, name="set", **fields)
-
-
 def with_policy(fns: dict, policy, t, v) -> dict:
     """`fns`'s `derivatives` contenders compiled under `policy` (an emission policy is in
     force while a function is traced, so each is lowered and compiled inside it)."""
@@ -98,6 +94,37 @@ def with_policy(fns: dict, policy, t, v) -> dict:
         for name in ("derivatives", "derivatives (vmap)"):
             out[f"{name} [set]"] = fns[name].lower(t, v).compile()
     return out
+
+
+def _factorials(K: int):
+    return np.array([math.factorial(k) for k in range(1, K + 1)], np.float32)
+
+
+def _floor(one_pass, K: int, check: bool = True):
+    """The least a `derivatives` with an overflow check does after one pass: the
+    coefficients times `k!`, stacked under the primal, and whether all are finite, with no
+    fallback to branch to. Without `check`, the derivatives alone: one pass of
+    `derivatives` as it ran before the fallback."""
+    factors = _factorials(K)[:, None]
+
+    def run(t, v):
+        primal, coefficients = one_pass(t, v)
+        stack = jnp.concatenate([primal[None], coefficients * factors])
+        return (stack, jnp.isfinite(jnp.sum(stack * 0))) if check else stack
+
+    return run
+
+
+def _jet_floor(one_pass, K: int):
+    """`_floor` for `jet`: the one pass's normalized terms times `k!`, and the check."""
+    factors = _factorials(K)
+
+    def run(t, v):
+        primal, terms = one_pass(t, v)
+        terms = [term * factor for term, factor in zip(terms, factors)]
+        return primal, terms, jnp.isfinite(sum(jnp.sum(x * 0) for x in [primal, *terms]))
+
+    return run
 
 
 def contenders(f, K: int) -> dict:
@@ -112,9 +139,76 @@ def contenders(f, K: int) -> dict:
         "jet": lambda t, v: taylax.jet(f, (t,), (jet_terms(v),)),
         "jet one pass": lambda t, v: taylax.jet(f, (t,), (jet_terms(v),), factorial_scaled=False),
     }
+    fns["floor"] = _floor(fns["one pass"], K)
+    fns["one pass, k!"] = _floor(fns["one pass"], K, check=False)
+    fns["jet floor"] = _jet_floor(fns["jet one pass"], K)
     if K <= JAX_JET_MAX_ORDER:
         fns["jax jet"] = lambda t, v: jax_jet.jet(f, (t,), (jet_terms(v),))
     return {name: jax.jit(fn) for name, fn in fns.items()}
+
+
+def chain_rows(name: str, args, policy) -> list[str]:
+    """The table's rows of one chain, measured in this process."""
+    lines = []
+    f = CHAINS[name]
+    # Near the pole for `pole`, a span inside every chain's domain for the others.
+    lo, hi = (0.1, 0.3) if f is pole else (0.1, 0.9)
+    t = jnp.linspace(lo, hi, args.n, dtype=jnp.float32)
+    v = jnp.ones_like(t)
+    for K in (int(k) for k in args.orders.split(",")):
+        fns = contenders(f, K)
+        if policy is not None:
+            fns.update(with_policy(fns, policy, t, v))
+        ms = interleaved_minimum(fns, {n: (t, v) for n in fns}, args.rounds, budget_s=30.0)
+        row = {
+            "chain": name,
+            "K": K,
+            "ms": ms,
+            "derivatives / one pass": ms["derivatives"] / ms["one pass"],
+            "vmap / one pass": ms["derivatives (vmap)"] / ms["one pass (vmap)"],
+            "jet / jet one pass": ms["jet"] / ms["jet one pass"],
+            "floor / one pass": ms["floor"] / ms["one pass"],
+            "jet floor / jet one pass": ms["jet floor"] / ms["jet one pass"],
+            "derivatives / one pass, k!": ms["derivatives"] / ms["one pass, k!"],
+        }
+        cells = " | ".join(
+            f"{row[key]:.2f}x"
+            for key in (
+                "vmap / one pass",
+                "jet / jet one pass",
+                "floor / one pass",
+                "jet floor / jet one pass",
+                "derivatives / one pass, k!",
+            )
+        )
+        cells += " |"
+        if policy is not None:
+            row["[set] / one pass"] = ms["derivatives [set]"] / ms["one pass"]
+            row["[set] vmap / one pass"] = ms["derivatives (vmap) [set]"] / ms["one pass (vmap)"]
+            cells += f" {row['[set] / one pass']:.2f}x | {row['[set] vmap / one pass']:.2f}x |"
+        times = ", ".join(f"{ms[k]:.2f}" for k in fns)
+        lines.append(f"| {name} | {K} | {row['derivatives / one pass']:.2f}x | {cells} {times} |")
+        print(json.dumps(row), file=sys.stderr)
+    return lines
+
+
+def chain_rows_apart(name: str, argv: list[str]) -> list[str]:
+    """`chain_rows` in a process of its own. Run after the other chains in one process,
+    a cell read up to 1.6x its time in a process of its own (`cos-exp-div-tanh` at K = 16
+    under `vmap`: 17.9 against 9.2 ms), the heap that earlier chains left behind."""
+    rest, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--chains":
+            skip = True
+        elif not arg.startswith("--chains="):
+            rest.append(arg)
+    cmd = [sys.executable, __file__, *rest, "--chains", name, "--rows-only"]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"{name}: the child process failed:\n{done.stderr[-3000:]}")
+    return [line for line in done.stdout.splitlines() if line.startswith(f"| {name} |")]
 
 
 def main(argv=None) -> int:
@@ -126,10 +220,18 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--set", nargs="*", default=[], help="FIELD=VALUE: also the derivatives under that policy"
     )
+    parser.add_argument(
+        "--in-process", action="store_true", help="every chain in this process (default: one each)"
+    )
+    parser.add_argument("--rows-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     policy = changed_policy(args.set)
+    if args.rows_only:
+        for name in args.chains.split(","):
+            for line in chain_rows(name, args, policy):
+                print(line, flush=True)
+        return 0
     names = args.chains.split(",") if args.chains else list(CHAINS)
-    # Near the pole for `pole`, a span inside every chain's domain for the others.
     lines = []
 
     def emit(line: str) -> None:
@@ -137,41 +239,26 @@ def main(argv=None) -> int:
         lines.append(line)
 
     emit(f"# {jax.devices()[0].device_kind}, jax {jax.__version__}, float32, N = {args.n}")
-    header = "| chain | K | derivatives / one pass | vmap / one pass (vmap) | jet / jet one pass |"
+    header = (
+        "| chain | K | derivatives / one pass | vmap / one pass (vmap) | jet / jet one pass"
+        " | floor / one pass | jet floor / jet one pass | derivatives / one pass, k! |"
+    )
     if policy is not None:
         emit(f"With {' '.join(args.set)} ([set]):")
         header += " [set] / one pass | [set] vmap / one pass (vmap) |"
-    names_ms = "derivatives, vmap, one pass, one pass (vmap), jet, jet one pass, jax jet"
+    names_ms = (
+        "derivatives, vmap, one pass, one pass (vmap), jet, jet one pass, floor, one pass k!,"
+        " jet floor, jax jet"
+    )
     emit(header + f" ms: {names_ms}{', [set], [set] vmap' if policy else ''} |")
     emit("|---" * (header.count("|")) + "|")
     for name in names:
-        f = CHAINS[name]
-        lo, hi = (0.1, 0.3) if f is pole else (0.1, 0.9)
-        t = jnp.linspace(lo, hi, args.n, dtype=jnp.float32)
-        v = jnp.ones_like(t)
-        for K in (int(k) for k in args.orders.split(",")):
-            fns = contenders(f, K)
-            if policy is not None:
-                fns.update(with_policy(fns, policy, t, v))
-            ms = interleaved_minimum(fns, {n: (t, v) for n in fns}, args.rounds, budget_s=30.0)
-            row = {
-                "chain": name,
-                "K": K,
-                "ms": ms,
-                "derivatives / one pass": ms["derivatives"] / ms["one pass"],
-                "vmap / one pass": ms["derivatives (vmap)"] / ms["one pass (vmap)"],
-                "jet / jet one pass": ms["jet"] / ms["jet one pass"],
-            }
-            cells = f"{row['vmap / one pass']:.2f}x | {row['jet / jet one pass']:.2f}x |"
-            if policy is not None:
-                row["[set] / one pass"] = ms["derivatives [set]"] / ms["one pass"]
-                row["[set] vmap / one pass"] = (
-                    ms["derivatives (vmap) [set]"] / ms["one pass (vmap)"]
-                )
-                cells += f" {row['[set] / one pass']:.2f}x | {row['[set] vmap / one pass']:.2f}x |"
-            times = ", ".join(f"{ms[k]:.2f}" for k in fns)
-            emit(f"| {name} | {K} | {row['derivatives / one pass']:.2f}x | {cells} {times} |")
-            print(json.dumps(row), file=sys.stderr)
+        if args.in_process or len(names) == 1:
+            rows = chain_rows(name, args, policy)
+        else:
+            rows = chain_rows_apart(name, argv if argv is not None else sys.argv[1:])
+        for line in rows:
+            emit(line)
     out = RESULTS if policy is None else RESULTS_SET
     out.parent.mkdir(exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
