@@ -16,6 +16,9 @@ compiles, is reported apart), float64. The table goes to
 
     python benchmarks/bench_ode.py                        # 100 orbits, tol 1e-14 and 1e-10
     python benchmarks/bench_ode.py --orbits 1000 --tols 1e-14 --no-diffrax
+
+`--one-function-loops` calls `taylax.ode.one_function_loops()` first (docs/ODE.md,
+"Small loops in one function"); it applies to the diffrax contenders' loops too.
 """
 
 from __future__ import annotations
@@ -133,7 +136,15 @@ def main() -> None:
     parser.add_argument("--tols", default="1e-14,1e-10")
     parser.add_argument("--eccentricities", default="0.5,0.9")
     parser.add_argument("--no-diffrax", action="store_true")
+    parser.add_argument(
+        "--one-function-loops",
+        action="store_true",
+        help="taylax.ode.one_function_loops() first: XLA:CPU compiles small loops whole",
+    )
     args = parser.parse_args()
+    if args.one_function_loops:
+        # Before any array: XLA reads the setting when JAX's CPU backend starts.
+        taylax.ode.one_function_loops()
     contenders = {"taylax": run_taylax, "heyoka": run_heyoka}
     if not args.no_diffrax:
         contenders["diffrax Dopri8"] = run_diffrax
@@ -142,7 +153,8 @@ def main() -> None:
     lines = [
         f"Kepler, {args.orbits} orbits, float64, jax {jax.__version__}, "
         f"{jax.devices()[0].device_kind}. Command: `python benchmarks/bench_ode.py "
-        f"--orbits {args.orbits} --tols {args.tols}{' --no-diffrax' * args.no_diffrax}`.",
+        f"--orbits {args.orbits} --tols {args.tols}{' --no-diffrax' * args.no_diffrax}"
+        f"{' --one-function-loops' * args.one_function_loops}`.",
         "",
         "| e | tol | contender | time (s) | first call (s) | steps | final-state error | "
         "energy error |",

@@ -41,6 +41,10 @@ numbers, the ensemble) and the work-precision diagram
 
     python benchmarks/bench_ode_problems.py                          # all four, 1e-6..1e-15
     python benchmarks/bench_ode_problems.py --problems lorenz --tols 1e-10,1e-14
+
+`--one-function-loops` calls `taylax.ode.one_function_loops()` first, so that XLA:CPU
+compiles one trajectory's loop into one function (docs/ODE.md, "Small loops in one
+function"); the setting holds for the whole process.
 """
 
 from __future__ import annotations
@@ -645,7 +649,15 @@ def main(argv=None) -> None:
         "--trajectories", type=int, default=64, help="the ensemble's size (0: none)"
     )
     parser.add_argument("--ensemble-tol", type=float, default=1e-14)
+    parser.add_argument(
+        "--one-function-loops",
+        action="store_true",
+        help="taylax.ode.one_function_loops() first: XLA:CPU compiles small loops whole",
+    )
     args = parser.parse_args(argv)
+    if args.one_function_loops:
+        # Before any array: XLA reads the setting when JAX's CPU backend starts.
+        taylax.ode.one_function_loops()
     tols = [float(v) for v in args.tols.split(",")]
     contenders = args.contenders.split(",")
     unknown = [c for c in contenders if c not in CONTENDERS] + [
@@ -658,7 +670,9 @@ def main(argv=None) -> None:
         # The command that reproduces this problem's file: the options that differ from
         # their defaults.
         options = [f"--problems {name}"] + [
-            f"--{key.replace('_', '-')} {value!r}"
+            f"--{key.replace('_', '-')}"
+            if value is True
+            else f"--{key.replace('_', '-')} {value!r}"
             if " " in str(value)
             else f"--{key.replace('_', '-')} {value}"
             for key, value in vars(args).items()

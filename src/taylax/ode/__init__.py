@@ -6,12 +6,20 @@ import typing
 
 from ._coefficients import coefficients as coefficients
 from ._integrate import Solution as Solution, integrate as integrate
+from ._small_loops import one_function_loops as one_function_loops
 from ._tolerance import default_order as default_order
 
 if typing.TYPE_CHECKING:
     from ._diffrax import Taylor as Taylor
 
-__all__ = ["coefficients", "default_order", "integrate", "Solution", "Taylor"]
+__all__ = [
+    "coefficients",
+    "default_order",
+    "integrate",
+    "one_function_loops",
+    "Solution",
+    "Taylor",
+]
 
 
 def __getattr__(name: str):

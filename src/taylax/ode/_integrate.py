@@ -323,9 +323,10 @@ def _write_trail(trail, steps, value, batched: bool):
     `value`'s last axis is the batch and `trail` is `(max_steps, B, ...)`: each
     trajectory's entry goes to its own step count's row, one scatter over the two
     leading axes (with the batch last in the trail, the scatter was a transpose of the
-    whole trail at every step)."""
+    whole trail at every step). One trajectory's row is a slice, not a scatter, which
+    would keep XLA:CPU from compiling the loop into one function (`_saved.save_window`)."""
     if not batched:
-        return trail.at[steps].set(value)
+        return lax.dynamic_update_index_in_dim(trail, value, steps, 0)
     cols = jnp.arange(trail.shape[1])
     return trail.at[steps, cols].set(jnp.moveaxis(value, -1, 0))
 

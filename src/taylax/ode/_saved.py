@@ -8,6 +8,7 @@ solve whose step reads its coefficients as rows apart saves through `saving_agai
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -77,13 +78,18 @@ def save_window(saved, first, c, t, t_low, h, keep, *, sorted_ts, direction, win
 
     def body(state):
         saved, first, _ = state
-        index = first + jnp.arange(window)
-        safe = jnp.minimum(index, n - 1)
-        offsets = (sorted_ts[safe] - t) - t_low
-        inside = keep & (index < n) & covers(offsets, h, direction)
+        # A window that ends at the last time at most, read and written as slices: a
+        # scatter in the step's loop keeps XLA:CPU from compiling a small loop into one
+        # function (docs/ODE.md, "Small loops in one function"). A window over all the
+        # times starts at 0 whatever `first` is, which keeps it a slice under `vmap`.
+        start = 0 if window == n else jnp.minimum(first, n - window)
+        index = start + jnp.arange(window)
+        offsets = (lax.dynamic_slice_in_dim(sorted_ts, start, window) - t) - t_low
+        inside = keep & (index >= first) & covers(offsets, h, direction)
         values = jax.vmap(lambda d: horner(c, d))(offsets)
         mask = inside.reshape(inside.shape + (1,) * (values.ndim - 1))
-        saved = saved.at[index].set(jnp.where(mask, values, saved[safe]), mode="drop")
+        current = lax.dynamic_slice_in_dim(saved, start, window)
+        saved = lax.dynamic_update_slice_in_dim(saved, jnp.where(mask, values, current), start, 0)
         count = jnp.sum(inside, dtype=first.dtype)
         return saved, first + count, count == window
 
@@ -102,9 +108,10 @@ def window_cotangents(c, t, t_low, lo, hi, sorted_ts, ct_sorted, ct_sorted_ts):
 
     def body(state):
         j, ct_c, ct_t, ct_low, ct_sorted_ts = state
-        index = j + jnp.arange(window)
-        safe = jnp.minimum(index, n - 1)
-        inside = index < hi
+        # The window ends at the last time at most, as `save_window`'s.
+        start = 0 if window == n else jnp.minimum(j, n - window)
+        index = start + jnp.arange(window)
+        inside = (index >= j) & (index < hi)
 
         def values(c, t, t_low, times):
             # The times past the step's, at offset 0: far ahead the polynomial may
@@ -112,10 +119,13 @@ def window_cotangents(c, t, t_low, lo, hi, sorted_ts, ct_sorted, ct_sorted_ts):
             offsets = jnp.where(inside, (times - t) - t_low, 0)
             return jax.vmap(lambda d: horner_for_vjp(c, d))(offsets)
 
-        ct_values = jnp.where(inside[:, None], ct_sorted[safe], 0)
-        _, vjp = jax.vjp(values, c, t, t_low, sorted_ts[safe])
+        read = functools.partial(lax.dynamic_slice_in_dim, start_index=start, slice_size=window)
+        ct_values = jnp.where(inside[:, None], read(ct_sorted), 0)
+        _, vjp = jax.vjp(values, c, t, t_low, read(sorted_ts))
         d_c, d_t, d_low, d_times = vjp(ct_values)
-        ct_sorted_ts = ct_sorted_ts.at[index].add(d_times, mode="drop")
+        ct_sorted_ts = lax.dynamic_update_slice_in_dim(
+            ct_sorted_ts, read(ct_sorted_ts) + d_times, start, 0
+        )
         return j + window, ct_c + d_c, ct_t + d_t, ct_low + d_low, ct_sorted_ts
 
     zero = jnp.zeros((), t.dtype)
