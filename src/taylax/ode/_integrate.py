@@ -109,6 +109,10 @@ def _two_sum(t, h, t_low):
     return hi, err - (hi - s)
 
 
+# States of up to this many components take their norms as chains of maximums.
+_FOLDED_NORMS_MAX_STATE = 16
+
+
 def _step_size(c, order: int):
     """Jorba and Zou's step from the coefficients `c` of order `order` (see the module):
     `c` is `(order + 1, n)`, or `(order + 1, n, B)` for B trajectories, each its own step,
@@ -121,11 +125,18 @@ def _step_size(c, order: int):
     batched backward step (docs/ODE.md, "Steps held fixed").
     """
     c = lax.stop_gradient(c)
+    rows = (0, order - 1, order)
     if isinstance(c, list):
-        norms = [functools.reduce(jnp.maximum, [jnp.abs(x) for x in row]) for row in c]
+        norms = {k: functools.reduce(jnp.maximum, [jnp.abs(x) for x in c[k]]) for k in rows}
         dtype = c[0][0].dtype
+    elif c.shape[1] <= _FOLDED_NORMS_MAX_STATE:
+        # The largest component as a chain of maximums, not a reduction: XLA:CPU made a
+        # batch's reduction a library call (a YNNPACK fusion), which keeps the loop from
+        # compiling into one function (docs/ODE.md, "Small loops in one function").
+        norms = {k: functools.reduce(jnp.maximum, list(jnp.abs(c[k]))) for k in rows}
+        dtype = c.dtype
     else:
-        norms, dtype = jnp.max(jnp.abs(c), axis=1), c.dtype
+        norms, dtype = {k: jnp.max(jnp.abs(c[k]), axis=0) for k in rows}, c.dtype
     scale = jnp.maximum(1.0, norms[0])
     tiny = jnp.finfo(dtype).tiny
 

@@ -26,6 +26,7 @@ A zero coefficient is `None`, so constants and the time's series `t0 + s` cost n
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import jax
@@ -134,6 +135,26 @@ def _sum(terms: list):
         pairs = [terms[i] + terms[i + 1] for i in range(0, len(terms) - 1, 2)]
         terms = pairs + terms[len(pairs) * 2 :]
     return terms[0] if terms else None
+
+
+# Sums over at most this many elements (a field's `jnp.sum` over a few components) are
+# written as additions of slices.
+_SLICED_SUM_MAX_TERMS = 8
+
+
+def _sliced_sum(x, axes):
+    """`x` summed over `axes` as pairwise additions of its slices (`_sum`), or None where
+    that is more than `_SLICED_SUM_MAX_TERMS` terms. XLA:CPU made each order's small
+    reduction in a batch a library call (a YNNPACK fusion), which took 1.6x the time of
+    4,096 Kepler orbits (docs/ODE.md, "Small loops in one function"); additions fuse
+    with the products that feed them."""
+    axes = tuple(axes)
+    n = math.prod(x.shape[a] for a in axes)
+    if n > _SLICED_SUM_MAX_TERMS:
+        return None
+    rest = [d for i, d in enumerate(x.shape) if i not in axes]
+    y = jnp.moveaxis(x, axes, tuple(range(len(axes)))).reshape((n, *rest))
+    return _sum([y[i] for i in range(n)])
 
 
 def _convolution(a: Coefficients, b: Coefficients, k: int, low: int = 0, high=None):
@@ -573,7 +594,8 @@ class _Frame:
                 env.update(zip(eqn.outvars, frame.run(k, ins)))
                 continue
             if k == 0:
-                outs = _compat.bind_outputs(eqn, [c[0] for c in ins])
+                outs = _sliced(eqn, [c[0] for c in ins])
+                outs = _compat.bind_outputs(eqn, [c[0] for c in ins]) if outs is None else outs
                 if eqn.primitive in _COSTLY:
                     outs = [_once(o, self.style) for o in outs]
                 for var, value in zip(eqn.outvars, outs):
@@ -599,6 +621,11 @@ class _Frame:
             key = (kind, eqn.invars[0]) if kind else index
             memo = self.memos.setdefault(key, {"style": self.style})
             return [rule(k, ins, self.env[eqn.outvars[0]], eqn, memo)]
+        if primitive is lax.reduce_sum_p:
+            x = _coefficient(ins[0], k)
+            outs = None if x is None else _sliced(eqn, [x])
+            if x is None or outs is not None:
+                return [None] if x is None else outs
         linear = _linear_in(primitive)
         args, varying = [], False
         for i, (var, c) in enumerate(zip(eqn.invars, ins)):
@@ -611,6 +638,15 @@ class _Frame:
         if not varying:
             return [None] * len(eqn.outvars)
         return _compat.bind_outputs(eqn, args)
+
+
+def _sliced(eqn, args: list) -> list | None:
+    """`eqn` on `args` written as additions of slices where it is a small `reduce_sum`
+    (`_sliced_sum`), else None."""
+    if eqn.primitive is not lax.reduce_sum_p:
+        return None
+    value = _sliced_sum(args[0], eqn.params["axes"])
+    return None if value is None else [value.astype(eqn.outvars[0].aval.dtype)]
 
 
 def field_rows_program(g, t0, w0) -> tuple:
