@@ -132,7 +132,7 @@ def _step_size(c, order: int):
     elif c.shape[1] <= _FOLDED_NORMS_MAX_STATE:
         # The largest component as a chain of maximums, not a reduction: XLA:CPU made a
         # batch's reduction a library call (a YNNPACK fusion), which keeps the loop from
-        # compiling into one function (docs/ODE.md, "Small loops in one function").
+        # compiling into one function (docs/ODE.md, "Small sums in batches").
         norms = {k: functools.reduce(jnp.maximum, list(jnp.abs(c[k]))) for k in rows}
         dtype = c.dtype
     else:

@@ -142,21 +142,6 @@ def _sum(terms: list):
 _SLICED_SUM_MAX_TERMS = 8
 
 
-def _sliced_sum(x, axes):
-    """`x` summed over `axes` as pairwise additions of its slices (`_sum`), or None where
-    that is more than `_SLICED_SUM_MAX_TERMS` terms. XLA:CPU made each order's small
-    reduction in a batch a library call (a YNNPACK fusion), which took 1.6x the time of
-    4,096 Kepler orbits (docs/ODE.md, "Small loops in one function"); additions fuse
-    with the products that feed them."""
-    axes = tuple(axes)
-    n = math.prod(x.shape[a] for a in axes)
-    if n > _SLICED_SUM_MAX_TERMS:
-        return None
-    rest = [d for i, d in enumerate(x.shape) if i not in axes]
-    y = jnp.moveaxis(x, axes, tuple(range(len(axes)))).reshape((n, *rest))
-    return _sum([y[i] for i in range(n)])
-
-
 def _convolution(a: Coefficients, b: Coefficients, k: int, low: int = 0, high=None):
     """`sum_{j = low..high} a_j b_{k-j}` (`high` defaults to k), None if every term is
     zero."""
@@ -641,12 +626,20 @@ class _Frame:
 
 
 def _sliced(eqn, args: list) -> list | None:
-    """`eqn` on `args` written as additions of slices where it is a small `reduce_sum`
-    (`_sliced_sum`), else None."""
+    """`eqn` on `args` as pairwise additions of slices (`_sum`) where it is a `reduce_sum`
+    of at most `_SLICED_SUM_MAX_TERMS` terms, else None. XLA:CPU made each order's small
+    reduction in a batch a library call (a YNNPACK fusion), which took 4,096 Kepler orbits
+    to twice their time (docs/ODE.md, "Small sums in batches"); additions fuse with the
+    products that feed them."""
     if eqn.primitive is not lax.reduce_sum_p:
         return None
-    value = _sliced_sum(args[0], eqn.params["axes"])
-    return None if value is None else [value.astype(eqn.outvars[0].aval.dtype)]
+    x, axes = args[0], tuple(eqn.params["axes"])
+    n = math.prod(x.shape[a] for a in axes)
+    if n > _SLICED_SUM_MAX_TERMS:
+        return None
+    rest = [d for i, d in enumerate(x.shape) if i not in axes]
+    y = jnp.moveaxis(x, axes, tuple(range(len(axes)))).reshape((n, *rest))
+    return [_sum([y[i] for i in range(n)]).astype(eqn.outvars[0].aval.dtype)]
 
 
 def field_rows_program(g, t0, w0) -> tuple:
