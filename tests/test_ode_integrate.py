@@ -69,13 +69,13 @@ def test_saved_times_in_any_order_with_repeats_and_many_per_step(batch):
     np.testing.assert_allclose(back.ys[reached], expected[reached], rtol=1e-13)
 
 
-def _long_ops_in_loops(closed, n: int) -> set:
-    """The primitives inside `while` loops of `closed` whose outputs are as long as `ts`."""
+def _ops_in_loops(closed, keep=lambda eqn: True) -> set:
+    """The primitives inside `while` loops of `closed` of the equations `keep` accepts."""
     found = set()
 
     def walk(jaxpr, in_loop):
         for eqn in jaxpr.eqns:
-            if in_loop and any(v.aval.shape[:1] == (n,) for v in eqn.outvars):
+            if in_loop and keep(eqn):
                 found.add(eqn.primitive.name)
             for value in eqn.params.values():
                 for sub in value if isinstance(value, (list, tuple)) else [value]:
@@ -86,6 +86,11 @@ def _long_ops_in_loops(closed, n: int) -> set:
     return found
 
 
+def _long_ops_in_loops(closed, n: int) -> set:
+    """The primitives inside `while` loops of `closed` whose outputs are as long as `ts`."""
+    return _ops_in_loops(closed, lambda eqn: any(v.aval.shape[:1] == (n,) for v in eqn.outvars))
+
+
 def test_a_step_touches_only_the_saved_times_it_covers():
     # Inside the stepping loop, the only operations on arrays as long as `ts` are the
     # in-place write of a window of saved states and the loop that carries them: no
@@ -94,22 +99,6 @@ def test_a_step_touches_only_the_saved_times_it_covers():
     n = 1001
     closed = jax.make_jaxpr(taylax.ode.integrate(decay))(jnp.linspace(0.0, 3.0, n), jnp.ones(2))
     assert _long_ops_in_loops(closed, n) == {"while", "dynamic_update_slice"}
-
-
-def _ops_in_loops(closed) -> set:
-    """The primitives inside `while` loops of `closed`."""
-    found = set()
-
-    def walk(jaxpr, in_loop):
-        for eqn in jaxpr.eqns:
-            found.update([eqn.primitive.name] if in_loop else [])
-            for value in eqn.params.values():
-                for sub in value if isinstance(value, (list, tuple)) else [value]:
-                    if jex.is_jaxpr(sub):
-                        walk(jex.open_jaxpr(sub), in_loop or eqn.primitive.name == "while")
-
-    walk(closed.jaxpr, False)
-    return found
 
 
 @pytest.mark.parametrize("gradients", [None, "reverse"])
