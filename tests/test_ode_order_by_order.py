@@ -324,15 +324,17 @@ def test_each_new_state_coefficient_is_computed_once():
     assert names.count("taylax_computed_once") == 8
 
 
-@pytest.mark.parametrize("n, reduces", [(3, False), (12, True)])
-def test_small_sums_are_additions_of_slices(n, reduces):
-    # A field's sum over at most 8 components is written as additions: XLA:CPU made each
-    # order's small reduction in a batch a library call (a YNNPACK fusion), which took
-    # 4,096 Kepler orbits to twice their time (docs/ODE.md). Larger sums stay reductions.
-    f = lambda t, y, a: -y * jnp.sum(y * y) ** -1.5  # noqa: E731
-    y0 = jnp.linspace(0.5, 1.0, n)
-    coefficients = taylax.ode.coefficients(f, 8, method="order_by_order")
+@pytest.mark.parametrize("n, batch, reduces", [(3, 2048, False), (12, 2048, True), (3, 64, True)])
+def test_small_sums_in_batches_are_additions_of_slices(n, batch, reduces):
+    # A sum over at most 8 components of arrays of 4,096 elements or more is written as
+    # additions: XLA:CPU made each order's such reduction a library call (a YNNPACK
+    # fusion), which took 4,096 Kepler orbits to twice their time (docs/ODE.md). Larger
+    # sums, and smaller arrays, stay reductions.
+    f = lambda t, y, a: -y * jnp.sum(y * y, axis=0) ** -1.5  # noqa: E731
+    y0 = jnp.linspace(0.5, 1.0, n * batch).reshape(n, batch)
+    coefficients = taylax.ode.coefficients(f, 8, method="order_by_order", batch=True)
     names = [e.primitive.name for e in jax.make_jaxpr(coefficients)(0.2, y0).jaxpr.eqns]
     assert ("reduce_sum" in names) == reduces
-    want = jax.jit(taylax.ode.coefficients(f, 8, method="doubling"))(0.2, y0)
+    doubling = taylax.ode.coefficients(f, 8, method="doubling", batch=True)
+    want = jax.jit(doubling)(0.2, y0)
     np.testing.assert_allclose(jax.jit(coefficients)(0.2, y0), want, rtol=1e-12, atol=1e-14)

@@ -137,9 +137,10 @@ def _sum(terms: list):
     return terms[0] if terms else None
 
 
-# Sums over at most this many elements (a field's `jnp.sum` over a few components) are
-# written as additions of slices.
+# Sums of at most this many terms (a field's `jnp.sum` over a few components) over
+# arrays of at least this many elements (a batch's) are written as additions of slices.
 _SLICED_SUM_MAX_TERMS = 8
+_SLICED_SUM_MIN_ELEMENTS = 4096
 
 
 def _convolution(a: Coefficients, b: Coefficients, k: int, low: int = 0, high=None):
@@ -627,15 +628,16 @@ class _Frame:
 
 def _sliced(eqn, args: list) -> list | None:
     """`eqn` on `args` as pairwise additions of slices (`_sum`) where it is a `reduce_sum`
-    of at most `_SLICED_SUM_MAX_TERMS` terms, else None. XLA:CPU made each order's small
-    reduction in a batch a library call (a YNNPACK fusion), which took 4,096 Kepler orbits
-    to twice their time (docs/ODE.md, "Small sums in batches"); additions fuse with the
-    products that feed them."""
+    of at most `_SLICED_SUM_MAX_TERMS` terms over `_SLICED_SUM_MIN_ELEMENTS` or more, else
+    None. XLA:CPU made each order's such reduction a library call (a YNNPACK fusion, from
+    4,096 elements), which took 4,096 Kepler orbits to twice their time; smaller arrays
+    (a trajectory's, under a `vmap`) keep the reduction, whose slices compiled 2-4x
+    slower (docs/ODE.md, "Small sums in batches")."""
     if eqn.primitive is not lax.reduce_sum_p:
         return None
     x, axes = args[0], tuple(eqn.params["axes"])
     n = math.prod(x.shape[a] for a in axes)
-    if n > _SLICED_SUM_MAX_TERMS:
+    if n > _SLICED_SUM_MAX_TERMS or x.size < _SLICED_SUM_MIN_ELEMENTS:
         return None
     rest = [d for i, d in enumerate(x.shape) if i not in axes]
     y = jnp.moveaxis(x, axes, tuple(range(len(axes)))).reshape((n, *rest))
