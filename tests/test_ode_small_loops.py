@@ -16,10 +16,9 @@ import pytest
 import taylax
 
 
-def _run(code: str, flags: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    if flags is not None:
-        env["XLA_FLAGS"] = flags
+def _run(code: str, **env_vars: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    env.update(env_vars)
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env
     )
@@ -62,6 +61,22 @@ def test_too_late_is_an_error_and_restores_the_environment():
         except RuntimeError as error:
             print("XLA_FLAGS" in os.environ, "before creating any array" in str(error))
         """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+
+
+def test_without_a_cpu_backend_it_is_an_error():
+    done = _run(
+        """
+        import os
+        import taylax
+        try:
+            taylax.ode.one_function_loops()
+        except RuntimeError as error:
+            print("XLA_FLAGS" in os.environ, "applies to XLA:CPU only" in str(error))
+        """,
+        JAX_PLATFORMS="no-such-platform",
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True"]

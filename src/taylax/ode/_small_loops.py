@@ -72,8 +72,9 @@ def one_function_loops(max_bytes: int = 1 << 18) -> str:
     Raises `ValueError` where `max_bytes` is not an integer of at least 16,384 or where
     `XLA_FLAGS` already sets `--xla_backend_extra_options` (add
     `xla_cpu_small_while_loop_byte_threshold=<bytes>` to its list yourself), and
-    `RuntimeError` where a probe loop still compiles apart: JAX's CPU backend had started
-    before the call, or this XLA does not know the option.
+    `RuntimeError` where a probe loop still compiles apart (JAX's CPU backend had started
+    before the call, or this XLA does not know the option) or cannot be compiled on the
+    CPU (`JAX_PLATFORMS` without `cpu`); `XLA_FLAGS` is then left as it was.
     """
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < _MIN_BYTES:
         raise ValueError(
@@ -93,13 +94,23 @@ def one_function_loops(max_bytes: int = 1 << 18) -> str:
         )
     before = os.environ.get("XLA_FLAGS")
     os.environ["XLA_FLAGS"] = f"{flags} {setting}".strip()
-    if not _probe_is_one_function():
+    try:
+        one_function, problem = _probe_is_one_function(), None
+    except Exception as error:  # no CPU backend here, or a platform that failed to start
+        one_function, problem = False, error
+    if not one_function:
         # Leave the environment as it was: processes started from this one would
         # otherwise take a setting this one does not have.
         if before is None:
             del os.environ["XLA_FLAGS"]
         else:
             os.environ["XLA_FLAGS"] = before
+        if problem is not None:
+            raise RuntimeError(
+                "one_function_loops could not compile its probe loop on JAX's CPU backend "
+                f"({type(problem).__name__}: {problem}); the setting applies to XLA:CPU "
+                "only, so call it where JAX has a CPU backend. XLA_FLAGS is restored."
+            ) from problem
         raise RuntimeError(
             f"one_function_loops set XLA_FLAGS to {setting}, but a probe loop still "
             "compiled as separate kernels: JAX's CPU backend had started before this call "
