@@ -35,7 +35,14 @@ from ._coefficients import (
     time_direction,
 )
 from ._events import Events, check_event
-from ._saved import WINDOW, save_window, saving_again, sorted_times, window_cotangents
+from ._saved import (
+    WINDOW,
+    save_window,
+    saving_again,
+    saving_covered,
+    sorted_times,
+    window_cotangents,
+)
 from ._tolerance import check_tolerance, default_order
 
 
@@ -283,6 +290,8 @@ def _march(
         save = jax.vmap(save, in_axes=(-1, 0, -1, 0, 0, 0, 0), out_axes=(-1, 0))
     if coefficients is not None:
         save = saving_again(save, coefficients, sorted_ts, direction)
+    else:
+        save = saving_covered(save, sorted_ts, direction)
     zero = jnp.zeros(batch, w0.dtype)
     trails = ()
     if trail:
@@ -474,8 +483,17 @@ def _reverse_solve(
 
                 (*_, c), vjp = jax.vjp(moved, ends, diff_leaves, t, t_low, w)
                 hi = jnp.where(active, hi, lo)
-                ct_c, ct_t_saved, ct_low_saved, ct_sorted_ts = windows(
-                    c, t, t_low, lo, hi, sorted_ts, ct_sorted, ct_sorted_ts
+                # Only a step that wrote a saved time reads their cotangents (the forward
+                # loop's `saving_covered`).
+                ct_c, ct_t_saved, ct_low_saved, ct_sorted_ts = lax.cond(
+                    jnp.any(lo < hi),
+                    lambda: windows(c, t, t_low, lo, hi, sorted_ts, ct_sorted, ct_sorted_ts),
+                    lambda: (
+                        jnp.zeros_like(c),
+                        jnp.zeros_like(t),
+                        jnp.zeros_like(t_low),
+                        ct_sorted_ts,
+                    ),
                 )
                 later = (ct_t, ct_low, ct_w)
                 masked = tuple(jnp.where(active, ct, 0) for ct in later)
