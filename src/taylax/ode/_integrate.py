@@ -290,7 +290,10 @@ def _march(
         save = jax.vmap(save, in_axes=(-1, 0, -1, 0, 0, 0, 0), out_axes=(-1, 0))
     if coefficients is not None:
         save = saving_again(save, coefficients, sorted_ts, direction)
-    else:
+    elif batched:
+        # Not for one trajectory: under `jax.vmap` its `cond` would become a `select`
+        # that computes the save anyway (docs/ODE.md, "Saved times only where a step
+        # covers one").
         save = saving_covered(save, sorted_ts, direction)
     zero = jnp.zeros(batch, w0.dtype)
     trails = ()
@@ -483,18 +486,17 @@ def _reverse_solve(
 
                 (*_, c), vjp = jax.vjp(moved, ends, diff_leaves, t, t_low, w)
                 hi = jnp.where(active, hi, lo)
-                # Only a step that wrote a saved time reads their cotangents (the forward
-                # loop's `saving_covered`).
-                ct_c, ct_t_saved, ct_low_saved, ct_sorted_ts = lax.cond(
-                    jnp.any(lo < hi),
-                    lambda: windows(c, t, t_low, lo, hi, sorted_ts, ct_sorted, ct_sorted_ts),
-                    lambda: (
-                        jnp.zeros_like(c),
-                        jnp.zeros_like(t),
-                        jnp.zeros_like(t_low),
-                        ct_sorted_ts,
-                    ),
-                )
+
+                # In a batch only a step that wrote a saved time reads their cotangents
+                # (the forward loop's `saving_covered`).
+                def read():
+                    return windows(c, t, t_low, lo, hi, sorted_ts, ct_sorted, ct_sorted_ts)
+
+                def skip():
+                    return jnp.zeros_like(c), jnp.zeros_like(t), jnp.zeros_like(t_low), ct_sorted_ts
+
+                saved_cts = lax.cond(jnp.any(lo < hi), read, skip) if batched else read()
+                ct_c, ct_t_saved, ct_low_saved, ct_sorted_ts = saved_cts
                 later = (ct_t, ct_low, ct_w)
                 masked = tuple(jnp.where(active, ct, 0) for ct in later)
                 d_ends, d_leaves, *earlier = vjp((*masked, ct_c))

@@ -44,10 +44,10 @@ def _covering(first, t, t_low, h, keep, sorted_ts, direction):
 
 
 def saving_covered(save, sorted_ts, direction):
-    """`save` run only in a step that covers a saved time (of any trajectory). Most steps
-    cover none, and a batch evaluated the step's polynomial at its window of times in
-    every step: 280 us of a 2 ms step of 4,096 Kepler orbits (docs/ODE.md, "Saved
-    times only where a step covers one")."""
+    """`save` for a batch, run only in a step that covers a saved time of some
+    trajectory. Most steps cover none, and a batch evaluated the step's polynomial at its
+    window of times in every step: 280 us of a 2 ms step of 4,096 Kepler orbits
+    (docs/ODE.md, "Saved times only where a step covers one")."""
 
     def covered(saved, first, c, t, t_low, h, keep):
         return lax.cond(
