@@ -13,7 +13,6 @@ that time, as accurate as the step's end.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -43,7 +42,7 @@ from ._saved import (
     sorted_times,
     window_cotangents,
 )
-from ._tolerance import check_tolerance, default_order
+from ._tolerance import check_tolerance, default_order, step_size
 
 
 class Solution(NamedTuple):
@@ -116,44 +115,6 @@ def _two_sum(t, h, t_low):
     return hi, err - (hi - s)
 
 
-# States of up to this many components take their norms as chains of maximums.
-_FOLDED_NORMS_MAX_STATE = 16
-
-
-def _step_size(c, order: int):
-    """Jorba and Zou's step from the coefficients `c` of order `order` (see the module):
-    `c` is `(order + 1, n)`, or `(order + 1, n, B)` for B trajectories, each its own step,
-    or their rows `c[k][i]` (`solution_rows`).
-
-    The step carries no derivative: gradients are those of the computed solution with its
-    steps held where they fell. The step's own derivative (of a maximum of absolute values,
-    raised to a power) would add a term of the size of the truncation error, which is
-    not the flow's derivative, and its vjp over every coefficient took most of a
-    batched backward step (docs/ODE.md, "Steps held fixed").
-    """
-    c = lax.stop_gradient(c)
-    rows = (0, order - 1, order)
-    if isinstance(c, list):
-        norms = {k: functools.reduce(jnp.maximum, [jnp.abs(x) for x in c[k]]) for k in rows}
-        dtype = c[0][0].dtype
-    elif c.shape[1] <= _FOLDED_NORMS_MAX_STATE:
-        # The largest component as a chain of maximums, not a reduction: XLA:CPU made a
-        # batch's reduction a library call (a YNNPACK fusion), which keeps the loop from
-        # compiling into one function (docs/ODE.md, "Small sums in batches").
-        norms = {k: functools.reduce(jnp.maximum, list(jnp.abs(c[k]))) for k in rows}
-        dtype = c.dtype
-    else:
-        norms, dtype = {k: jnp.max(jnp.abs(c[k]), axis=0) for k in rows}, c.dtype
-    scale = jnp.maximum(1.0, norms[0])
-    tiny = jnp.finfo(dtype).tiny
-
-    def radius(k):
-        return (scale / jnp.maximum(norms[k], tiny)) ** (1.0 / k)
-
-    rho = jnp.minimum(radius(order - 1), radius(order))
-    return rho * math.exp(-2.0 - 0.7 / (order - 1))
-
-
 def _series_of(g, order: int, batched: bool, method: str, rows: bool) -> Callable:
     """`(t, w) -> c`, a step's coefficients from its start (`solution_series`); with
     `rows`, as the state's rows apart (`solution_rows`) where the field has a recurrence
@@ -193,7 +154,7 @@ def _stepper(
     def step(t, t_low, w):
         c = series(t, w)
         left = remaining(t, t_low)
-        h = jnp.minimum(_step_size(c, order), left)
+        h = jnp.minimum(step_size(c, order), left)
         # The time as an unevaluated sum `t + t_low` (two-sum): rounding `t + h` at every
         # step would drift the time by up to an ulp of `t` per step.
         last = h >= left

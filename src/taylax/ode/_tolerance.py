@@ -1,10 +1,14 @@
-"""The Taylor order for a tolerance, as Jorba and Zou choose it (and heyoka does)."""
+"""The Taylor order for a tolerance, and the step from a step's coefficients, as Jorba and
+Zou choose them (and heyoka does)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 
 def default_order(tol: float) -> int:
@@ -46,3 +50,43 @@ def check_tolerance(tol) -> None:
         raise ValueError(
             f"`tol` must be a number between 0 and 1, got {tol!r}: pass a tolerance such as 1e-12."
         )
+
+
+# States of up to this many components take their norms as chains of maximums.
+_FOLDED_NORMS_MAX_STATE = 16
+
+
+def step_size(c, order: int):
+    """Jorba and Zou's step from the coefficients `c` of order `order`,
+    `rho / e^2 exp(-0.7 / (order - 1))` with `rho` the smaller of the radii
+    `(s / |y_k|)^(1/k)` at `k = order - 1, order` (max norms, `s = max(1, |y_0|)`):
+    `c` is `(order + 1, n)`, or `(order + 1, n, B)` for B trajectories, each its own step,
+    or their rows `c[k][i]` (`solution_rows`).
+
+    The step carries no derivative: gradients are those of the computed solution with its
+    steps held where they fell. The step's own derivative (of a maximum of absolute values,
+    raised to a power) would add a term of the size of the truncation error, which is
+    not the flow's derivative, and its vjp over every coefficient took most of a
+    batched backward step (docs/ODE.md, "Steps held fixed").
+    """
+    c = lax.stop_gradient(c)
+    rows = (0, order - 1, order)
+    if isinstance(c, list):
+        norms = {k: functools.reduce(jnp.maximum, [jnp.abs(x) for x in c[k]]) for k in rows}
+        dtype = c[0][0].dtype
+    elif c.shape[1] <= _FOLDED_NORMS_MAX_STATE:
+        # The largest component as a chain of maximums, not a reduction: XLA:CPU made a
+        # batch's reduction a library call (a YNNPACK fusion), which keeps the loop from
+        # compiling into one function (docs/ODE.md, "Small sums in batches").
+        norms = {k: functools.reduce(jnp.maximum, list(jnp.abs(c[k]))) for k in rows}
+        dtype = c.dtype
+    else:
+        norms, dtype = {k: jnp.max(jnp.abs(c[k]), axis=0) for k in rows}, c.dtype
+    scale = jnp.maximum(1.0, norms[0])
+    tiny = jnp.finfo(dtype).tiny
+
+    def radius(k):
+        return (scale / jnp.maximum(norms[k], tiny)) ** (1.0 / k)
+
+    rho = jnp.minimum(radius(order - 1), radius(order))
+    return rho * math.exp(-2.0 - 0.7 / (order - 1))
