@@ -580,8 +580,8 @@ class _Frame:
                 env.update(zip(eqn.outvars, frame.run(k, ins)))
                 continue
             if k == 0:
-                outs = _sliced(eqn, [c[0] for c in ins])
-                outs = _compat.bind_outputs(eqn, [c[0] for c in ins]) if outs is None else outs
+                values = [c[0] for c in ins]
+                outs = _sliced(eqn, values) or _compat.bind_outputs(eqn, values)
                 if eqn.primitive in _COSTLY:
                     outs = [_once(o, self.style) for o in outs]
                 for var, value in zip(eqn.outvars, outs):
@@ -607,11 +607,10 @@ class _Frame:
             key = (kind, eqn.invars[0]) if kind else index
             memo = self.memos.setdefault(key, {"style": self.style})
             return [rule(k, ins, self.env[eqn.outvars[0]], eqn, memo)]
-        if primitive is lax.reduce_sum_p:
-            x = _coefficient(ins[0], k)
-            outs = None if x is None else _sliced(eqn, [x])
-            if x is None or outs is not None:
-                return [None] if x is None else outs
+        x = _coefficient(ins[0], k) if primitive is lax.reduce_sum_p else None
+        sliced = None if x is None else _sliced(eqn, [x])
+        if sliced is not None:
+            return sliced
         linear = _linear_in(primitive)
         args, varying = [], False
         for i, (var, c) in enumerate(zip(eqn.invars, ins)):
