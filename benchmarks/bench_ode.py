@@ -34,6 +34,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import taylax  # noqa: E402
+from harness import add_one_function_loops, one_function_loops_first  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -136,15 +137,9 @@ def main() -> None:
     parser.add_argument("--tols", default="1e-14,1e-10")
     parser.add_argument("--eccentricities", default="0.5,0.9")
     parser.add_argument("--no-diffrax", action="store_true")
-    parser.add_argument(
-        "--one-function-loops",
-        action="store_true",
-        help="taylax.ode.one_function_loops() first: XLA:CPU compiles small loops whole",
-    )
+    add_one_function_loops(parser)
     args = parser.parse_args()
-    if args.one_function_loops:
-        # Before any array: XLA reads the setting when JAX's CPU backend starts.
-        taylax.ode.one_function_loops()
+    one_function_loops_first(args)
     contenders = {"taylax": run_taylax, "heyoka": run_heyoka}
     if not args.no_diffrax:
         contenders["diffrax Dopri8"] = run_diffrax

@@ -65,6 +65,7 @@ jax.config.update("jax_enable_x64", True)
 
 import taylax  # noqa: E402
 from bench_ode_ensemble import heyoka_chunks  # noqa: E402
+from harness import add_one_function_loops, one_function_loops_first  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -649,15 +650,9 @@ def main(argv=None) -> None:
         "--trajectories", type=int, default=64, help="the ensemble's size (0: none)"
     )
     parser.add_argument("--ensemble-tol", type=float, default=1e-14)
-    parser.add_argument(
-        "--one-function-loops",
-        action="store_true",
-        help="taylax.ode.one_function_loops() first: XLA:CPU compiles small loops whole",
-    )
+    add_one_function_loops(parser)
     args = parser.parse_args(argv)
-    if args.one_function_loops:
-        # Before any array: XLA reads the setting when JAX's CPU backend starts.
-        taylax.ode.one_function_loops()
+    one_function_loops_first(args)
     tols = [float(v) for v in args.tols.split(",")]
     contenders = args.contenders.split(",")
     unknown = [c for c in contenders if c not in CONTENDERS] + [

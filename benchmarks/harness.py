@@ -123,6 +123,25 @@ class BenchConfig:
         ]
 
 
+def add_one_function_loops(parser: argparse.ArgumentParser) -> None:
+    """The `--one-function-loops` switch of the ODE scripts (`one_function_loops_first`)."""
+    parser.add_argument(
+        "--one-function-loops",
+        action="store_true",
+        help="taylax.ode.one_function_loops() first: XLA:CPU compiles small loops whole",
+    )
+
+
+def one_function_loops_first(args: argparse.Namespace) -> None:
+    """`taylax.ode.one_function_loops()` where `args` ask for it (docs/ODE.md, "Small
+    loops in one function"). Call it before any array: XLA reads the setting when JAX's
+    CPU backend starts."""
+    if args.one_function_loops:
+        import taylax
+
+        taylax.ode.one_function_loops()
+
+
 # --------------------------------------------------------------------------------------
 # Worker side: runs in a fresh process, imports jax (and taylax only if measured, or to
 # count equations once the timings are done).

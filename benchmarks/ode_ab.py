@@ -3,7 +3,9 @@
 For each case, `--processes` fresh processes run with this checkout's `src` and as many
 with the `src` of `--base` (a temporary git worktree), alternating; each process compiles
 one solve, calls it once, then prints the minimum of `--calls` calls (ms) and the compiled
-program's fused kernels. The medians over the processes are compared. Cases (float64):
+program's fused kernels. The medians over the processes are compared. With
+`--one-function-loops` every process calls `taylax.ode.one_function_loops()` first (both
+trees have it since 36a1ff6). Cases (float64):
 
 - `<problem>`: one trajectory of a `bench_ode_problems.py` problem (`arenstorf`, `lorenz`,
   `pendulum`, `neural`), `jax.jit(taylax.ode.integrate(field, tol=tol))`;
@@ -31,6 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from harness import add_one_function_loops, checked_out, one_function_loops_first  # noqa: E402
 
 DEFAULT_CASES = (
     "pendulum,arenstorf,lorenz,neural,pendulum-batch,arenstorf-batch,lorenz-batch,"
@@ -79,6 +82,7 @@ def run(src: Path, case: str, args) -> dict:
     env = dict(os.environ, PYTHONPATH=f"{src}{os.pathsep}{ROOT / 'benchmarks'}")
     command = [sys.executable, __file__, "--worker", case, "--tol", str(args.tol)]
     command += ["--trajectories", str(args.trajectories), "--calls", str(args.calls)]
+    command += ["--one-function-loops"] * args.one_function_loops
     done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -92,12 +96,12 @@ def main(argv=None) -> int:
     parser.add_argument("--calls", type=int, default=9)
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    add_one_function_loops(parser)
     args = parser.parse_args(argv)
     if args.worker:
+        one_function_loops_first(args)
         print(json.dumps(worker(args.worker, args.tol, args.trajectories, args.calls)))
         return 0
-    from harness import checked_out
-
     with checked_out(args.base) as base_src:
         trees = {"head": ROOT / "src", args.base: base_src}
         for case in args.cases.split(","):

@@ -37,6 +37,7 @@ from jax import lax
 from .. import _compat
 from .._rules._common import linear_inputs
 from .._series import computed_once, opaque_one
+from ._half_powers import three_halves
 
 # Coefficients of one value: entry k is coefficient k, None where it is zero. A list of
 # length 1 is a constant (it holds only the value).
@@ -581,7 +582,8 @@ class _Frame:
                 continue
             if k == 0:
                 values = [c[0] for c in ins]
-                outs = _sliced(eqn, values) or _compat.bind_outputs(eqn, values)
+                outs = _sliced(eqn, values) or three_halves(eqn, values)
+                outs = outs or _compat.bind_outputs(eqn, values)
                 if eqn.primitive in _COSTLY:
                     outs = [_once(o, self.style) for o in outs]
                 for var, value in zip(eqn.outvars, outs):
@@ -657,10 +659,9 @@ def field_rows_program(g, t0, w0) -> tuple:
 
 
 def solution_series(program: tuple, t0, w0, order: int):
-    """Coefficients `w_0..w_order` of the solution of `w' = g(t, w)` through
-    `w(t0) = w0`, stacked `(order + 1, *w0.shape)`, one order at a time, from `g`'s
-    `program` (`field_program`; every primitive of it must have a recurrence here:
-    `unsupported_primitive`)."""
+    """Coefficients `w_0..w_order` of the solution of `w' = g(t, w)`, `w(t0) = w0`,
+    stacked `(order + 1, *w0.shape)`, from `g`'s `program` (`field_program`; every
+    primitive of it must have a recurrence here: `unsupported_primitive`)."""
     (w,) = _solution(program, t0, [w0], order, Style())
     return jnp.stack(w)
 
