@@ -73,6 +73,7 @@ bench: $(VENV)/.stamp-bench
 		echo "== $$script"; \
 		$(BIN)/python $$script $(BENCH_ARGS) || exit 1; \
 	done
+	$(BIN)/python benchmarks/bench_ode.py --one-function-loops --no-diffrax
 	$(BIN)/python benchmarks/update_readme.py
 
 demo: $(VENV)/.stamp-demo
