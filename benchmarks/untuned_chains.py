@@ -2,7 +2,7 @@
 
 `bench_batched.py` measures the three chains the CPU policy's constants were chosen on.
 This script measures, the same way and in one process, the elementwise chains of
-`gpu_check.py` and the two more of `bench_float32.py`, float64 here: all derivatives
+`gpu_check.py`, the two more of `bench_float32.py` and `half_powers`, float64 here: all derivatives
 0..K at `--n` points (65,536) under `jax.jit(jax.vmap(taylax.derivatives(f, K)))`,
 against `jax.experimental.jet` on the whole array and nested `jax.jvp` on the whole
 array and per point under `jax.vmap` (to `--nested-max-order`, 4: the nested program
@@ -40,7 +40,19 @@ from bench_batched import (  # noqa: E402
 )
 from harness import command_line  # noqa: E402
 
-CHAINS = {**GPU_CHAINS, "sin-sqrt-tanh-log1p": chain_c, "cos-exp-div-pow": chain_d}
+
+def half_powers(t):
+    """Gravity's `r ** -1.5` and a `** 2.5`: half-integer exponents (docs/EMISSION.md,
+    "Half-integer exponents")."""
+    return jnp.sin(t) * (1.2 + t * t) ** -1.5 + (2.0 + jnp.cos(t)) ** 2.5
+
+
+CHAINS = {
+    **GPU_CHAINS,
+    "sin-sqrt-tanh-log1p": chain_c,
+    "cos-exp-div-pow": chain_d,
+    "half-powers": half_powers,
+}
 RESULTS = Path(__file__).resolve().parent / "results" / "untuned_chains.md"
 
 

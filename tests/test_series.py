@@ -855,6 +855,15 @@ def test_real_exponent_powers_are_pows(p, dtype):
         np.testing.assert_allclose(got[finite], want[finite], rtol=(order + 2) * eps)
 
 
+@pytest.mark.parametrize("p, pows", [(2.5, 0), (-1.5, 0), (0.5, 0), (-2.5, 0), (20.5, 1), (3.7, 1)])
+def test_half_integer_exponent_tables_take_square_roots(p, pows):
+    # XLA:CPU calls libm's scalar `pow` per value (docs/EMISSION.md, "Half-integer
+    # exponents"): an anchor `x0 ** q`, `q = +-1/2 .. +-5/2`, is a square root and
+    # products instead (20.5 at order 8 anchors at 12.5: a `pow`).
+    text = jax.jit(lambda x: _series.real_exponent_powers(x, p, 8)).lower(jnp.ones(4)).as_text()
+    assert text.count("stablehlo.power") == pows
+
+
 def test_array_marks_hold_a_fact_for_that_array_only():
     # `_series._identity.ArrayMarks`: a mark and its value belong to one array object,
     # not to equal arrays, and go when the array does.
