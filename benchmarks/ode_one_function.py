@@ -11,12 +11,18 @@ process's figure. Float64, the problems of `bench_ode_problems.py` (`arenstorf`,
   through a solve made with `gradients="reverse"` (`max_steps=4096`);
 - `forward`: the same by `jax.jacfwd` through the default solve.
 
+Two more cases measure the derivative engine, not the integrator: `rk4:K` is
+`taylax.derivatives(rk4_fori, K)` at one value (`gpu_check.py`'s RK4 of
+y' = -y^3 + sin t, 100 steps in a `lax.fori_loop`), and `rk4-nested:K` the same by
+nested `jax.jvp` (`jax.experimental.jet` has no rule for the loop).
+
 Steady state is the least of `--calls` calls after the first (ms); first call = trace,
 compile and run (s); "one function" says whether XLA:CPU compiled a loop into one
 function (the mark `xla_cpu_small_call` in the compiled program).
 
     python benchmarks/ode_one_function.py
     python benchmarks/ode_one_function.py --cases pendulum:solve,arenstorf:reverse --tol 1e-14
+    python benchmarks/ode_one_function.py --cases rk4:4,rk4-nested:4,rk4:8,rk4-nested:8
 """
 
 from __future__ import annotations
@@ -51,6 +57,16 @@ def worker(case: str, setting: str, tol: float, calls: int) -> dict:
     import bench_ode_problems
 
     name, kind = case.split(":")
+    if name in ("rk4", "rk4-nested"):
+        import gpu_check
+
+        y = jnp.asarray(0.8)
+        order = int(kind)
+        if name == "rk4":
+            fun = jax.jit(lambda y: taylax.derivatives(gpu_check.rk4_fori, order)(y, 1.0))
+        else:
+            fun = jax.jit(gpu_check.nested_levels(gpu_check.rk4_fori, order))
+        return _timed(fun, (y,), calls)
     problem = bench_ode_problems.PROBLEMS[name]
     ts, y0 = jnp.array([0.0, problem.t_end]), jnp.asarray(problem.y0)
     if kind == "solve":
@@ -64,6 +80,14 @@ def worker(case: str, setting: str, tol: float, calls: int) -> dict:
 
         fun = jax.jit(jax.grad(loss) if kind == "reverse" else jax.jacfwd(loss))
         args = (y0,)
+    return _timed(fun, args, calls)
+
+
+def _timed(fun, args, calls: int) -> dict:
+    """First call (s), the least of `calls` calls after it (ms), and whether XLA:CPU
+    compiled a loop of `fun` into one function."""
+    import jax
+
     begin = time.perf_counter()
     jax.block_until_ready(fun(*args))
     first = time.perf_counter() - begin
