@@ -330,6 +330,24 @@ def test_each_new_state_coefficient_is_computed_once():
     assert names.count("taylax_computed_once") == 8
 
 
+@pytest.mark.parametrize(
+    "field, marks",
+    [
+        (lambda t, y, a: y[::-1] * y - t * y, 8),  # products: the states alone
+        (lambda t, y, a: jnp.tanh(y), 16),  # tanh of order 0, and of orders 1..7
+        (lambda t, y, a: y / (1 + y[::-1] ** 2), 15),  # the quotient's orders 1..7
+        (lambda t, y, a: (1 + y**2) ** -2, 15),  # a reciprocal's recurrence
+    ],
+)
+def test_recurrences_reading_their_own_output_are_computed_once_per_order(field, marks):
+    # XLA copied such a coefficient (products and sums) into every later order's kernel,
+    # each copy computed again from its own earlier coefficients: O(K^3) work. Products
+    # read only their inputs and stay unmarked (docs/ODE.md).
+    jaxpr = jax.make_jaxpr(taylax.ode.coefficients(field, 8, method="order_by_order"))(0.2, Y0)
+    names = [e.primitive.name for e in jaxpr.jaxpr.eqns]
+    assert names.count("taylax_computed_once") == marks
+
+
 @pytest.mark.parametrize("n, batch, reduces", [(3, 2048, False), (12, 2048, True), (3, 64, True)])
 def test_small_sums_in_batches_are_additions_of_slices(n, batch, reduces):
     # A sum over at most 8 components of arrays of 4,096 elements or more is written as

@@ -38,6 +38,7 @@ from .. import _compat
 from .._rules._common import linear_inputs
 from .._series import computed_once, opaque_one
 from ._half_powers import three_halves
+from ._recomputed import reads_own_output
 
 # Coefficients of one value: entry k is coefficient k, None where it is zero. A list of
 # length 1 is a constant (it holds only the value).
@@ -592,6 +593,8 @@ class _Frame:
             if all(len(c) == 1 for c in ins):
                 continue  # constant: every input is
             values = self._order_k(index, eqn, ins, k)
+            if self.style.marks and eqn.primitive in _RULES and reads_own_output(eqn):
+                values = [None if v is None else _once(v, self.style) for v in values]
             for var, value in zip(eqn.outvars, values):
                 _grow(env[var], k, _fit(value, var.aval))
         return [_read(env, v) for v in self.jaxpr.outvars]
@@ -646,9 +649,8 @@ def _sliced(eqn, args: list) -> list | None:
 
 
 def field_rows_program(g, t0, w0) -> tuple:
-    """`(jaxpr, consts)` as `field_program`, of `g` with the state `w0` (`(n, ...)`) taken
-    as its n rows `w0[i]`, each an input of its own, and the field's value returned as
-    its n rows. XLA's simplifier removes the stack and the slices this adds."""
+    """`(jaxpr, consts)` as `field_program`, of `g` with each row `w0[i]` of the state an
+    input of its own and the value returned as rows (XLA removes the stack and slices)."""
     n = w0.shape[0]
 
     def rows_field(t, *rows):
@@ -671,10 +673,8 @@ def solution_rows(program: tuple, t0, w0, order: int) -> list[list]:
     coefficient k of row i of the state, from `g`'s `field_rows_program`.
 
     Written for one kernel: no value marked and divisions as products (`Style`). With
-    the orders of each row apart, every value of the step is a scalar (or one
-    trajectory's lane of a batch) and XLA:CPU fuses the whole recurrence into one
-    kernel, where a state held as one array took a kernel or three per order
-    (docs/ODE.md, "One kernel per step")."""
+    each row's orders apart, every value is a scalar (or a lane of a batch) and XLA:CPU
+    fuses the recurrence into one kernel (docs/ODE.md, "One kernel per step")."""
     rows = _solution(program, t0, [w0[i] for i in range(w0.shape[0])], order, _ONE_KERNEL)
     return [list(orders) for orders in zip(*rows)]
 

@@ -1,0 +1,41 @@
+"""Which coefficients of a step are computed once per order, not again in every later
+order's kernel.
+
+Most recurrences read their own output's earlier coefficients (tanh's
+`t_k = (1 / k) sum_j j x_j (1 - t^2)_{k-j}`, a quotient's, exp's, ...). XLA copies cheap
+elementwise producers into each kernel that reads them, so such a coefficient, made of
+products and sums (a quotient's too, once XLA has turned its division by a broadcast
+`x_0` into a product), was computed again in every later order's kernel, each time from
+its own earlier coefficients: O(K^3) work for recurrences that are O(K^2). Where a frame
+marks values (`Style.marks`), the coefficient k of such a rule is computed once into a
+buffer (`_once`): 4,096 neural-field trajectories in 0.61-0.64x the time (docs/ODE.md,
+"Recurrences computed once per order").
+
+Products and selections by the primal read only their inputs and stay unmarked: marking
+them too (and the inputs of recurrences made of them) took 4,096 Arenstorf orbits from 84
+to 165-182 kernels and 1.4x their time, where 4,096 Kepler orbits gained 0.90-0.99x.
+"""
+
+from __future__ import annotations
+
+from jax import lax
+
+# Rules whose coefficient k reads only their inputs' coefficients.
+_READ_INPUTS_ONLY = (
+    lax.mul_p,
+    lax.square_p,
+    lax.dot_general_p,
+    lax.integer_pow_p,
+    lax.abs_p,
+    lax.max_p,
+    lax.min_p,
+    lax.clamp_p,
+)
+
+
+def reads_own_output(eqn) -> bool:
+    """Whether the recurrence of `eqn` (a primitive with a rule) reads its output's
+    earlier coefficients: a negative integer power does (a reciprocal's recurrence)."""
+    if eqn.primitive is lax.integer_pow_p:
+        return eqn.params["y"] < 0
+    return eqn.primitive not in _READ_INPUTS_ONLY
