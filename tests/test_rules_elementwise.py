@@ -127,7 +127,7 @@ CASES = [
     # Non-integer exponents along a line: one `pow` and products (`_series.real_exponent_powers`).
     Case("pow_2.5_below_0", lambda x: lax.pow(x, 2.5), (-1.5, -0.3)),
     Case("pow_-1.5_far_from_1", lambda x: x**-1.5, (1e-200, 1e-30, 1e30, 1e200)),
-    # Half-integer anchors of that table are square roots (`_series._lines._anchor_power`).
+    # Half-integer anchors of that table are square roots (`_series.half_integer_power`).
     Case("pow_2.5_far_from_1", lambda x: x**2.5, (1e-130, 1e-30, 1e30, 1e120)),
     Case("pow_-2.5_far_from_1", lambda x: x**-2.5, (1e-120, 1e-30, 1e30, 1e130)),
     Case("pow_1.5_at_0_and_below", lambda x: x**1.5, (0.0, -0.7, 0.3)),

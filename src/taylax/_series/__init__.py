@@ -43,6 +43,7 @@ from ._lines import (
     along_line as along_line,
     concrete_scalar as concrete_scalar,
     exp_like_power_coeffs as exp_like_power_coeffs,
+    half_integer_power as half_integer_power,
     integer_exponent_powers as integer_exponent_powers,
     line_direction as line_direction,
     mark_line as mark_line,

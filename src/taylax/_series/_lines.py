@@ -185,7 +185,9 @@ def real_exponent_powers(x0: Array, p: float, order: int) -> Array:
     rows: list = [None] * (order + 1)
     # Computed once: the kernel that writes a pass's output computes what fuses into it
     # once per coefficient, and there the anchor was nine `pow`s again (K = 8).
-    anchor = _anchor_power(x0, p - anchor_order)
+    anchor = half_integer_power(x0, p - anchor_order)
+    if anchor is None:
+        anchor = lax.pow(x0, jnp.asarray(p - anchor_order, dtype))
     rows[anchor_order] = computed_once(anchor, opaque_one(x0))
     for m in range(anchor_order - 1, -1, -1):
         rows[m] = rows[m + 1] * x0
@@ -205,16 +207,17 @@ def real_exponent_powers(x0: Array, p: float, order: int) -> Array:
     return stack_rows_as(out, jnp.shape(x0), dtype)
 
 
-def _anchor_power(x0: Array, q: float) -> Array:
-    """`x0 ** q`; for `q = +-1/2, +-3/2, +-5/2` by a square root and products: XLA:CPU
-    computes `pow` by a scalar call of libm, 58 us over 4,096 float64 values where
-    `1 / (x sqrt(x))` takes 7.6 us (docs/EMISSION.md, "Half-integer exponents"). Within
-    2-3 ulp of the exact power, as `pow` is within 1; NaN for a negative `x0` as `pow`.
-    Zero and infinite `x0` (where `sqrt(-0) = -0` differs) are `real_exponent_powers`'s
-    selects."""
+def half_integer_power(x0: Array, q: float) -> Array | None:
+    """`x0 ** q` for `q = +-1/2, +-3/2, +-5/2` by a square root and products (and a
+    reciprocal), else None. XLA:CPU computes `pow` by a scalar call of libm, 58 us over
+    4,096 float64 values where `1 / (x sqrt(x))` takes 7.6 us (docs/EMISSION.md,
+    "Half-integer exponents"). Within 2-3 ulp of the exact power, as `pow` is within 1;
+    NaN for a negative `x0` as `pow`. At -0 the root gives -0 where `pow` gives +0, and at
+    -inf NaN: callers select those (`real_exponent_powers`) or keep to exponents where
+    they agree (`taylax.ode._half_powers`)."""
     n = abs(q) - 0.5
     if n != int(n) or n > 2:
-        return lax.pow(x0, jnp.asarray(q, jnp.result_type(x0)))
+        return None
     value = lax.sqrt(x0)
     for _ in range(int(n)):
         value = value * x0

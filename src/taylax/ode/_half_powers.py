@@ -15,6 +15,7 @@ import numpy as np
 from jax import lax
 
 from .. import _compat
+from .._series import half_integer_power
 
 
 def three_halves(eqn, values: list):
@@ -29,5 +30,4 @@ def three_halves(eqn, values: list):
         return None
     if abs(float(p)) != 1.5:
         return None
-    value = x * lax.sqrt(x)
-    return [1 / value if float(p) < 0 else value]
+    return [half_integer_power(x, float(p))]
