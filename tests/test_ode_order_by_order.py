@@ -335,6 +335,9 @@ def test_each_new_state_coefficient_is_computed_once():
     [
         (lambda t, y, a: y[::-1] * y - t * y, 8),  # products: the states alone
         (lambda t, y, a: jnp.tanh(y), 16),  # tanh of order 0, and of orders 1..7
+        # sin of order 0 (and the pair's sin and cos), then both of the pair's series at
+        # orders 1..7: its recurrence reads those, not the equation's output.
+        (lambda t, y, a: jnp.sin(y), 25),
         (lambda t, y, a: y / (1 + y[::-1] ** 2), 15),  # the quotient's orders 1..7
         (lambda t, y, a: (1 + y**2) ** -2, 15),  # a reciprocal's recurrence
     ],

@@ -104,7 +104,7 @@ def _once(value, style: Style):
     into each reader: a `sin(x_0)` read by all K orders was K calls of libm's `sin` per
     step (K times per trajectory in a batch). The mark (`taylax._series.computed_once`)
     costs one small kernel; the policy drops it where values are not marked (GPUs)."""
-    return computed_once(value, opaque_one(value)) if style.marks else value
+    return value if value is None or not style.marks else computed_once(value, opaque_one(value))
 
 
 def _over(numerator, x0, style: Style):
@@ -322,8 +322,8 @@ def _pair(kind: str):
                 memo["pair"] = ([_once(first(x[0]), style)], [_once(second(x[0]), style)])
             s, c = memo["pair"]
             if len(s) <= k:
-                s_k = _integral(x, c, k, memo)
-                _grow(c, k, _integral(x, s, k, memo, scale=sign))
+                s_k = _once(_integral(x, c, k, memo), memo["style"])
+                _grow(c, k, _once(_integral(x, s, k, memo, scale=sign), memo["style"]))
                 _grow(s, k, s_k)
             return (s, c)[index][k]
 
@@ -594,7 +594,7 @@ class _Frame:
                 continue  # constant: every input is
             values = self._order_k(index, eqn, ins, k)
             if self.style.marks and eqn.primitive in _RULES and reads_own_output(eqn):
-                values = [None if v is None else _once(v, self.style) for v in values]
+                values = [_once(v, self.style) for v in values]
             for var, value in zip(eqn.outvars, values):
                 _grow(env[var], k, _fit(value, var.aval))
         return [_read(env, v) for v in self.jaxpr.outvars]
