@@ -12,7 +12,10 @@ trees have it since 36a1ff6). Cases (float64):
 - `<problem>-batch`: `--trajectories` of them at once (`batch=True`), from
   `bench_ode_problems.ensemble_starts`;
 - `kepler-batch`: the Kepler ensemble of `bench_ode_ensemble.py` (e = 0.5 +- 0.05, one
-  period) with `batch=True`.
+  period) with `batch=True`;
+- `saturating`, `saturating-batch`: an oscillator whose restoring force is an `erf`
+  and whose friction an `atan` (`saturating`, below; t = 20), from `(1, 0)`, or from
+  angles spread over 0.1..3.0 at rest: the rules that integrate a series of their own.
 
     python benchmarks/ode_ab.py --base HEAD~1 --cases pendulum,pendulum-batch,kepler-batch
 
@@ -41,6 +44,15 @@ DEFAULT_CASES = (
 )
 
 
+def saturating(t, y, args):
+    """`x' = v`, `v' = -erf(2 x) - 0.3 atan(4 v)`."""
+    import jax.numpy as jnp
+    from jax.scipy.special import erf
+
+    x, v = y
+    return jnp.stack([v, -erf(2 * x) - 0.3 * jnp.arctan(4 * v)])
+
+
 def worker(case: str, tol: float, trajectories: int, calls: int) -> dict:
     """Compile and time one case in this process (the `src` on `PYTHONPATH`)."""
     import jax
@@ -58,6 +70,11 @@ def worker(case: str, tol: float, trajectories: int, calls: int) -> dict:
         field = bench_ode_ensemble.kepler
         starts = bench_ode_ensemble.ensemble(trajectories, 0.5, 0.05)
         t_end = 2 * np.pi
+    elif name == "saturating":
+        field, t_end = saturating, 20.0
+        angles = np.linspace(0.1, 3.0, trajectories) if batch else np.array([1.0])
+        starts = np.stack([angles, np.zeros_like(angles)], axis=1)
+        starts = starts if batch else starts[0]
     else:
         problem = bench_ode_problems.PROBLEMS[name]
         field, t_end = problem.field, problem.t_end

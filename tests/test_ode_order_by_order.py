@@ -340,6 +340,15 @@ def test_each_new_state_coefficient_is_computed_once():
         (lambda t, y, a: jnp.sin(y), 25),
         (lambda t, y, a: y / (1 + y[::-1] ** 2), 15),  # the quotient's orders 1..7
         (lambda t, y, a: (1 + y**2) ** -2, 15),  # a reciprocal's recurrence
+        # atan, asin and erf integrate a series of their own (u^p, exp(-x^2)), which
+        # reads its earlier coefficients: that series' orders 0..6 and the output's
+        # order 0, not the output's later orders (which read only x and the series).
+        (lambda t, y, a: jnp.arctan(y), 16),
+        (lambda t, y, a: jnp.arcsin(y), 16),
+        (lambda t, y, a: jax.scipy.special.erf(y), 16),
+        # A varying exponent: log x's orders 0..7 (its recurrence reads them) and the
+        # output's (exp's recurrence reads its own).
+        (lambda t, y, a: (1.5 + y) ** (1 + y[::-1]), 24),
     ],
 )
 def test_recurrences_reading_their_own_output_are_computed_once_per_order(field, marks):

@@ -272,7 +272,7 @@ def _pow(k, ins, out, eqn, memo):
         memo["log"] = [_once(jnp.log(x[0]), style)]
         memo["exponent"] = [p[0] * memo["log"][0]]
     log, exponent = memo["log"], memo["exponent"]
-    _grow(log, k, _logarithm(x, log, k, x[0], memo, style, "log slopes"))
+    _grow(log, k, _once(_logarithm(x, log, k, x[0], memo, style, "log slopes"), style))
     _grow(exponent, k, _convolution(p, log, k))
     return _integral(exponent, out, k, memo)
 
@@ -352,10 +352,10 @@ def _riccati(kind: str):
 
 
 def _inverse(constant: float, square: float, p: float, scale: float = 1.0):
-    """The inverse trigonometric and hyperbolic functions, `y' = scale x' u^p` with
-    `u = constant + square x^2` (atan: `1 / (1 + x^2)`, asin: `1 / sqrt(1 - x^2)`, ...):
-    the series of `u` and of `u^p` are kept (`u^p` by Miller's recurrence, or by the
-    reciprocal's for p = -1)."""
+    """The inverse trigonometric and hyperbolic functions, `y' = scale x' u^p`, `u =
+    constant + square x^2` (atan: `1 / (1 + x^2)`, asin: `1 / sqrt(1 - x^2)`, ...): the
+    series of `u` and of `u^p` (Miller's recurrence, a reciprocal's for p = -1) are kept,
+    and `u^p`'s marked, which its recurrence reads (`_recomputed`)."""
 
     def rule(k, ins, out, eqn, memo):
         (x,) = ins
@@ -369,9 +369,9 @@ def _inverse(constant: float, square: float, p: float, scale: float = 1.0):
             square_m = _convolution(x, x, m)
             _grow(base, m, None if square_m is None else square * square_m)
             if p == -1:
-                _grow(power, m, _quotient(None, base, power, m, style))
+                _grow(power, m, _once(_quotient(None, base, power, m, style), style))
             else:
-                _grow(power, m, _power(base, power, m, p, style))
+                _grow(power, m, _once(_power(base, power, m, p, style), style))
         return _integral(x, power, k, memo, scale=scale)
 
     return rule
@@ -379,19 +379,19 @@ def _inverse(constant: float, square: float, p: float, scale: float = 1.0):
 
 def _erf(scale: float):
     """erf (`scale = 1`) and erfc (`-1`): `y' = scale (2 / sqrt(pi)) x' exp(-x^2)`; the
-    series of `-x^2` and of its exponential are kept."""
+    series of `-x^2` and of its exponential (marked: its recurrence reads it) are kept."""
 
     def rule(k, ins, out, eqn, memo):
-        (x,) = ins
+        (x,), style = ins, memo["style"]
         if "exp" not in memo:
             memo["exponent"] = [-(x[0] * x[0])]
-            memo["exp"] = [_once(jnp.exp(memo["exponent"][0]), memo["style"])]
+            memo["exp"] = [_once(jnp.exp(memo["exponent"][0]), style)]
         exponent, exp = memo["exponent"], memo["exp"]
         m = k - 1
         if m > 0:
             square_m = _convolution(x, x, m)
             _grow(exponent, m, None if square_m is None else -square_m)
-            _grow(exp, m, _integral(exponent, exp, m, memo, key="exponent slopes"))
+            _grow(exp, m, _once(_integral(exponent, exp, m, memo, key="exponent slopes"), style))
         return _integral(x, exp, k, memo, scale=scale * 2 / float(np.sqrt(np.pi)))
 
     return rule

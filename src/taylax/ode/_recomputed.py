@@ -14,7 +14,9 @@ buffer (`_once`): 4,096 neural-field trajectories in 0.61-0.64x the time (docs/O
 sin and cos (sinh and cosh) keep both series of a pair in the rule's memo, which is what
 their recurrences read: the rule marks those itself (`_order_by_order._pair`), and
 their outputs are not marked again here. One pendulum trajectory then took 0.81x its
-time, 0.71x with `one_function_loops`.
+time, 0.71x with `one_function_loops`. The inverse trigonometric and hyperbolic
+functions and erf are alike: their outputs integrate a series kept in the memo (`u^p`,
+`exp(-x^2)`), which reads its own earlier coefficients and is the one the rule marks.
 
 Products and selections by the primal read only their inputs and stay unmarked: marking
 them too (and the inputs of recurrences made of them) took 4,096 Arenstorf orbits from 84
@@ -25,8 +27,8 @@ from __future__ import annotations
 
 from jax import lax
 
-# Rules whose coefficient k reads only their inputs' coefficients, and the pairs, whose
-# rule marks the series it reads (its memo's).
+# Rules whose coefficient k reads only their inputs' coefficients, and those whose rule
+# marks the series it reads (its memo's): the pairs, the inverse functions, erf.
 _READ_INPUTS_ONLY = (
     lax.mul_p,
     lax.square_p,
@@ -40,6 +42,14 @@ _READ_INPUTS_ONLY = (
     lax.cos_p,
     lax.sinh_p,
     lax.cosh_p,
+    lax.atan_p,
+    lax.asin_p,
+    lax.acos_p,
+    lax.asinh_p,
+    lax.acosh_p,
+    lax.atanh_p,
+    lax.erf_p,
+    lax.erfc_p,
 )
 
 
