@@ -31,8 +31,8 @@ def _dawsn(x):
 
 
 # Points where JAX's own rules are well conditioned. Far in the tails (erfcx past 3,
-# log_ndtr below -4) the equations cancel (`2 x y ~ 2 / sqrt(pi)`), and nested jvp and
-# this rule lose the same digits (docs/EMISSION.md, "Rules that read their own output").
+# log_ndtr below -4) the equations cancel (`2 x y ~ 2 / sqrt(pi)`) and nested jvp loses
+# digits; there the rules are held to mpmath (`test_tails_match_mpmath`).
 CASES = {
     "erfcx": (_erfcx, (-1.3, 0.0, 0.4, 1.5), needs_erfcx),
     "erfcx_series": (lambda x: _erfcx(2 * jnp.sin(x) + x * x), (-1.3, 0.0, 0.4), needs_erfcx),
@@ -121,6 +121,66 @@ def test_high_orders_match_mpmath(name, order):
         assert_matches_mpmath(f, exact, x0, order)
 
 
+# Far in the tails, where every forward recurrence (JAX's jvp rules, nested jvp) loses
+# about log10(2 x0^2 / k) digits per order k: erfcx(30 + t) had none left at order 6,
+# log_ndtr(-30 + t) 6e-2 relative error at order 3 (docs/EMISSION.md, "erfcx in its
+# tail"). Each coefficient against mpmath's relative to itself, along a line and composed
+# with a polynomial (`_series.compose`); 1.2 sits below the sweep's threshold at order 8.
+TAILS = {
+    "erfcx(t)": (_erfcx, _mp_erfcx, (1.2, 3.0, 10.0, 30.0, 1e3), needs_erfcx),
+    "erfcx(t + t^2/10)": (
+        lambda t: _erfcx(t + t * t / 10),
+        lambda t: _mp_erfcx(t + t * t / 10),
+        (2.0, 30.0),
+        needs_erfcx,
+    ),
+    "log_ndtr(t)": (jsp.log_ndtr, lambda t: mpmath.log(mpmath.ncdf(t)), (-3.0, -10.0, -30.0), None),
+    "log_ndtr(t + t^2/10)": (
+        lambda t: jsp.log_ndtr(t + t * t / 10),
+        lambda t: mpmath.log(mpmath.ncdf(t + t * t / 10)),
+        (-6.0, -30.0),
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=TAILS[n][3]) if TAILS[n][3] else n for n in sorted(TAILS)],
+)
+def test_tails_match_mpmath(name):
+    f, exact, points, _ = TAILS[name]
+    order = 8
+    for x0 in points:
+        primal, coeffs = taylax.taylor(f, order)(x0, 1.0)
+        with mpmath.workdps(60):
+            want = [float(c) for c in mpmath.taylor(exact, mpmath.mpf(x0), order)[1:]]
+        np.testing.assert_allclose(np.asarray(coeffs), want, rtol=1e-13, err_msg=str(x0))
+
+
+@needs_erfcx
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_erfcx_tail_by_the_loop_matches_mpmath(dtype):
+    # Order 40 (past the low-degree bound: the sweep and the forward recurrence loop),
+    # against the forward recurrence in 400 digits, which no rounding reaches there.
+    order = 40
+    # Where float32 runs forward (below 1.05) it loses digits as nested jvp would.
+    points = (0.5, 1.2, 2.0, 5.0, 30.0) if dtype == np.float64 else (2.0, 5.0, 30.0)
+    for x0 in points:
+        primal, coeffs = taylax.taylor(_erfcx, order)(dtype(x0), dtype(1.0))
+        with mpmath.workdps(400):
+            t = mpmath.mpf(x0)
+            want = [_mp_erfcx(t), 2 * t * _mp_erfcx(t) - 2 / mpmath.sqrt(mpmath.pi)]
+            for k in range(1, order):
+                want.append(2 * (t * want[k] + want[k - 1]) / (k + 1))
+            want = np.array([float(c) for c in want[1:]])
+        got = np.asarray(coeffs, np.float64)
+        tiny = np.finfo(dtype).tiny / np.finfo(dtype).eps  # below it, float32 underflows
+        kept = np.abs(want) > tiny
+        rtol = 1e-12 if dtype == np.float64 else 4e-6
+        np.testing.assert_allclose(got[kept], want[kept], rtol=rtol, err_msg=str(x0))
+
+
 @needs_erfcx
 def test_complex_erfcx_matches_mpmath():
     # JAX's complex erfcx (`wofz`) is itself accurate to about 1e-15, so the coefficients
@@ -195,9 +255,11 @@ def test_unrolled_then_a_loop(cpu_policy):
 
         return count(taylax.derivatives(f, k)) - count(f)
 
+    # Past them, log_ndtr loops in its ratio and in its left tail's logarithm, erfcx in
+    # the backward sweep's two parts and in the forward recurrence.
     policy = taylax.CPU
     assert loops(jsp.log_ndtr, policy.unroll_max_order + 1) == 0
-    assert loops(jsp.log_ndtr, policy.unroll_max_order + 2) == 1
+    assert loops(jsp.log_ndtr, policy.unroll_max_order + 2) == 2
     if hasattr(jsp, "erfcx"):
         assert loops(_erfcx, policy.unroll_low_degree_max_order) == 0
-        assert loops(_erfcx, policy.unroll_low_degree_max_order + 1) == 1
+        assert loops(_erfcx, policy.unroll_low_degree_max_order + 1) == 3

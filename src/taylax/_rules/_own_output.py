@@ -17,6 +17,15 @@ quadratic in `x` and `y`, solved here in one pass (`taylax._series.quadratic_ode
 For `log_ndtr` the equation is the ratio's: `e' = e (log_pdf' x' - y') = x' (-x e - e^2)`,
 and `y` is its integral. The primal `y_0` is the function's own (its custom_jvp's primal
 program at `x_0`), so the approximations JAX chooses by dtype and range stay its own.
+
+Real `erfcx` is the exception to one pass of its equation: far in its tail (`x0` past
+about 1) every forward recurrence for its coefficients, JAX's jvp rule's included,
+multiplies rounding errors by about `2 x0^2 / k` per order (`erfcx(30 + t)` lost every
+digit by order 6). Its coefficients at `x0` come from Miller's backward sweep
+(`_series.erfcx_coeffs`), along a line directly and otherwise composed with the input
+(`_series.compose`, O(K^3)). `log_ndtr` of a negative `x` is `log(erfcx(-x / sqrt 2) /
+2) - x^2 / 2` on that series, where its own equation cancelled as badly (docs/EMISSION.md,
+"erfcx in its tail").
 """
 
 from __future__ import annotations
@@ -31,11 +40,13 @@ from jax import lax
 
 from .. import _compat, _series
 from .._series import Quadratic, Series
+from ._arithmetic import log_series
 from ._common import over_element_chunks
 from ._transcendental import integral
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+_SQRT_HALF = math.sqrt(0.5)
 
 # The right-hand sides `g(x, y)` of `y' = x' g(x, y)`.
 _EQUATIONS = {
@@ -64,7 +75,22 @@ def _linear(order: int, x: Series, primal: Callable, name: str) -> Series | None
     complex_equation = isinstance(g.c, complex)
     if jnp.issubdtype(x.dtype, np.complexfloating) != complex_equation:
         return None  # not the arguments JAX calls it with: the rule as written
+    if name == "erfcx":
+        return _erfcx(order, x, primal=primal)
     return _solve(order, x, primal=primal, g=g)
+
+
+@over_element_chunks
+def _erfcx(order: int, x: Series, *, primal: Callable) -> Series:
+    return Series(_erfcx_of(x.coeffs, primal(x.primal), order))
+
+
+def _erfcx_of(c, y0, order: int):
+    """The stacked series of `erfcx` of the stacked series `c` whose value is `y0`."""
+    d = _series.erfcx_coeffs(c[0], y0, order)
+    if _series.degree_of(c) <= 1:
+        return _series.along_line(c, d, order)
+    return _series.compose(c, d, order)
 
 
 @over_element_chunks
@@ -88,4 +114,16 @@ def _log_ndtr_series(order: int, x: Series, *, primal: Callable) -> Series:
     # JAX's own tangent factor, `exp(log_pdf(x) - log_ndtr(x))`: finite far in both tails.
     e0 = lax.exp(-0.5 * x0 * x0 - _LOG_SQRT_2PI - y0)
     e = _series.quadratic_ode(x.coeffs, e0, _RATIO, order - 1)
-    return integral(x, e, y0, order)
+    riccati = _series.pad_degree(integral(x, e, y0, order).coeffs, order)
+    # Left of 0, `log(erfcx(-x / sqrt 2) / 2) - x^2 / 2`; the right sees x = -1.
+    left = x0 < 0
+    c = _series.with_primal(x.coeffs, jnp.where(left, x0, -jnp.ones_like(x0)))
+    u = c * -_SQRT_HALF
+    # erfcx(u0) from the primal, not JAX's erfcx (a loop): its error scales the series
+    # where the sweep runs (and leaves log's orders >= 1 alone); elsewhere x0^2 is small.
+    e_u = _erfcx_of(u, 2 * lax.exp(y0 + 0.5 * c[0] * c[0]), order)
+    half_square = _series.cauchy(c, c, order) * 0.5
+    tail = log_series(e_u, lax.log(e_u[0]), order) - _series.pad_degree(half_square, order)
+    tail = _series.pad_degree(tail, order)
+    rows = [y0] + [jnp.where(left, tail[k], riccati[k]) for k in range(1, order + 1)]
+    return Series(_series.stack_rows(rows))

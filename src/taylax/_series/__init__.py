@@ -2,7 +2,8 @@
 
 Re-exports only: `_type` (the Series type), `_coeffs` (stacked arrays), `_rows` (rows of
 stacks), `_marks` (what XLA keeps in buffers), `_products`, `_recurrences`, `_quadratic`
-(equations `y' = x' g(x, y)` with `g` quadratic), `_lines` (lines and powers),
+(equations `y' = x' g(x, y)` with `g` quadratic), `_miller` (erfcx's coefficients in its
+tail), `_lines` (lines and powers),
 `_identity` (facts about particular arrays, kept by identity). What a pass knows about
 itself is `taylax._pass`.
 """
@@ -53,6 +54,7 @@ from ._lines import (
     unit_seed as unit_seed,
 )
 from ._marks import computed_once as computed_once, opaque_one as opaque_one, shielded as shielded
+from ._miller import erfcx_coeffs as erfcx_coeffs
 from ._products import (
     cauchy as cauchy,
     cauchy_bilinear as cauchy_bilinear,
