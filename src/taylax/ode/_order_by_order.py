@@ -38,7 +38,7 @@ from .. import _compat
 from .._rules._common import linear_inputs
 from .._series import computed_once, opaque_one
 from ._half_powers import three_halves
-from ._recomputed import reads_own_output
+from ._recomputed import INTEGRATING_A_SERIES, reads_own_output
 
 # Coefficients of one value: entry k is coefficient k, None where it is zero. A list of
 # length 1 is a constant (it holds only the value).
@@ -481,14 +481,7 @@ _COSTLY = (
     lax.sqrt_p,
     lax.rsqrt_p,
     lax.cbrt_p,
-    lax.atan_p,
-    lax.asin_p,
-    lax.acos_p,
-    lax.asinh_p,
-    lax.acosh_p,
-    lax.atanh_p,
-    lax.erf_p,
-    lax.erfc_p,
+    *INTEGRATING_A_SERIES,
 )
 
 # sin and cos of one input share their series, as do sinh and cosh.

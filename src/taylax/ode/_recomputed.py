@@ -27,8 +27,21 @@ from __future__ import annotations
 
 from jax import lax
 
+# The inverse trigonometric and hyperbolic functions and erf: their outputs integrate a
+# series kept in the rule's memo, which the rule marks.
+INTEGRATING_A_SERIES = (
+    lax.atan_p,
+    lax.asin_p,
+    lax.acos_p,
+    lax.asinh_p,
+    lax.acosh_p,
+    lax.atanh_p,
+    lax.erf_p,
+    lax.erfc_p,
+)
+
 # Rules whose coefficient k reads only their inputs' coefficients, and those whose rule
-# marks the series it reads (its memo's): the pairs, the inverse functions, erf.
+# marks the series it reads (its memo's): the pairs, and the rules above.
 _READ_INPUTS_ONLY = (
     lax.mul_p,
     lax.square_p,
@@ -42,14 +55,7 @@ _READ_INPUTS_ONLY = (
     lax.cos_p,
     lax.sinh_p,
     lax.cosh_p,
-    lax.atan_p,
-    lax.asin_p,
-    lax.acos_p,
-    lax.asinh_p,
-    lax.acosh_p,
-    lax.atanh_p,
-    lax.erf_p,
-    lax.erfc_p,
+    *INTEGRATING_A_SERIES,
 )
 
 
