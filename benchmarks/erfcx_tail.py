@@ -32,6 +32,11 @@ FUNCTIONS = {
         lambda t: mpmath.exp(t * t) * mpmath.erfc(t),
         (0.5, 3.0, 10.0, 30.0, 1e3),
     ),
+    "erfcx, complex": (
+        jax.scipy.special.erfcx,
+        lambda t: mpmath.exp(t * t) * mpmath.erfc(t),
+        (3 + 3j, 10 + 5j, -3 + 10j, -4 + 7j),
+    ),
     "log_ndtr": (
         jax.scipy.special.log_ndtr,
         lambda t: mpmath.log(mpmath.ncdf(t)),
@@ -40,13 +45,13 @@ FUNCTIONS = {
 }
 
 
-def nested_jvp(f, x0: float, order: int) -> np.ndarray:
+def nested_jvp(f, x0, order: int) -> np.ndarray:
     """Normalized Taylor coefficients 1..order of `f` at `x0` by nested `jax.jvp`."""
     g = f
     out = []
     for k in range(1, order + 1):
         g = (lambda h: lambda x: jax.jvp(h, (x,), (jnp.ones_like(x),))[1])(g)
-        out.append(float(g(jnp.float64(x0))) / float(mpmath.factorial(k)))
+        out.append(complex(g(jnp.asarray(x0))) / float(mpmath.factorial(k)))
     return np.array(out)
 
 
@@ -57,12 +62,16 @@ def point_errors(order: int) -> list[str]:
     ]
     for name, (f, exact, points) in FUNCTIONS.items():
         for x0 in points:
+            point = mpmath.mpc(x0) if isinstance(x0, complex) else mpmath.mpf(x0)
             with mpmath.workdps(60):
-                want = np.array([float(c) for c in mpmath.taylor(exact, mpmath.mpf(x0), order)[1:]])
-            ours = np.asarray(taylax.taylor(f, order)(jnp.float64(x0), jnp.float64(1.0))[1])
+                want = np.array([complex(c) for c in mpmath.taylor(exact, point, order)[1:]])
+            x, v = jnp.asarray(x0), jnp.asarray(1.0 + 0j if isinstance(x0, complex) else 1.0)
+            ours = np.asarray(taylax.taylor(f, order)(x, v)[1])
             theirs = nested_jvp(f, x0, order)
             ours, theirs = (np.max(np.abs(got - want) / np.abs(want)) for got in (ours, theirs))
-            lines.append(f"| {name} | {x0:g} | {ours:.1e} | {theirs:.1e} |")
+            lines.append(
+                f"| {name} | {x0:g} | {ours:.1e} | {theirs:.1e} |".replace("(", "").replace(")", "")
+            )
     return lines
 
 

@@ -182,6 +182,32 @@ def test_erfcx_tail_by_the_loop_matches_mpmath(dtype):
 
 
 @needs_erfcx
+@pytest.mark.parametrize("order", [8, 40])
+def test_complex_erfcx_tail_matches_mpmath(order):
+    # JAX's complex erfcx (the Faddeeva function of `i z`) loses digits by the same
+    # recurrence where it decays like 1 / z (right of the imaginary axis, and on and left
+    # of it while its part exp(z^2) stays negligible to the order): 4e-2 at 10 + 5i,
+    # order 8, before. Ratios to the value, so that JAX's own primal error (2e-13 at
+    # 10i) stays out; against the recurrence run forward in 400 digits. Order 40 runs
+    # the loops; there exp(z^2) reaches the coefficients at 10i, not at -3 + 20i.
+    points = (3 + 3j, 10 + 5j, 10j, -3 + 10j, 30 + 0.1j, 2 - 8j)
+    if order == 40:
+        points = (3 + 3j, 10 + 5j, -3 + 20j, 30 + 0.1j, 2 - 8j)
+    for z0 in points:
+        primal, coeffs = taylax.taylor(_erfcx, order)(jnp.asarray(z0), jnp.asarray(1.0 + 0j))
+        with mpmath.workdps(400):
+            t = mpmath.mpc(z0)
+            want = [_mp_erfcx(t), 2 * t * _mp_erfcx(t) - 2 / mpmath.sqrt(mpmath.pi)]
+            for k in range(1, order):
+                want.append(2 * (t * want[k] + want[k - 1]) / (k + 1))
+            want = np.array([complex(c / want[0]) for c in want[1:]])
+        got = np.asarray(coeffs) / complex(primal)
+        # At order 40 as the real loop's test: rounding over the longer sweep.
+        rtol = 1e-13 if order == 8 else 1e-12
+        np.testing.assert_allclose(got, want, rtol=rtol, err_msg=str(z0))
+
+
+@needs_erfcx
 def test_complex_erfcx_matches_mpmath():
     # JAX's complex erfcx (`wofz`) is itself accurate to about 1e-15, so the coefficients
     # are compared relative to the largest so far, the value included.

@@ -18,10 +18,11 @@ For `log_ndtr` the equation is the ratio's: `e' = e (log_pdf' x' - y') = x' (-x 
 and `y` is its integral. The primal `y_0` is the function's own (its custom_jvp's primal
 program at `x_0`), so the approximations JAX chooses by dtype and range stay its own.
 
-Real `erfcx` is the exception to one pass of its equation: far in its tail (`x0` past
-about 1) every forward recurrence for its coefficients, JAX's jvp rule's included,
-multiplies rounding errors by about `2 x0^2 / k` per order (`erfcx(30 + t)` lost every
-digit by order 6). Its coefficients at `x0` come from Miller's backward sweep
+`erfcx` (real, and complex: `wofz`) is the exception to one pass of its equation: far
+in its tail (`|x0|` past about 1, where it decays) every forward recurrence for its
+coefficients, JAX's jvp rule's included, multiplies rounding errors by about `2 x0^2 / k`
+per order (`erfcx(30 + t)` lost every digit by order 6). Its coefficients at `x0` come
+from Miller's backward sweep
 (`_series.erfcx_coeffs`), along a line directly and otherwise composed with the input
 (`_series.compose`, O(K^3)). `log_ndtr` of a negative `x` is `log(erfcx(-x / sqrt 2) /
 2) - x^2 / 2` on that series, where its own equation cancelled as badly (docs/EMISSION.md,
@@ -75,19 +76,20 @@ def _linear(order: int, x: Series, primal: Callable, name: str) -> Series | None
     complex_equation = isinstance(g.c, complex)
     if jnp.issubdtype(x.dtype, np.complexfloating) != complex_equation:
         return None  # not the arguments JAX calls it with: the rule as written
-    if name == "erfcx":
-        return _erfcx(order, x, primal=primal)
+    if name in ("erfcx", "wofz"):
+        return _erfcx(order, x, primal=primal, kind=name)
     return _solve(order, x, primal=primal, g=g)
 
 
 @over_element_chunks
-def _erfcx(order: int, x: Series, *, primal: Callable) -> Series:
-    return Series(_erfcx_of(x.coeffs, primal(x.primal), order))
+def _erfcx(order: int, x: Series, *, primal: Callable, kind: str) -> Series:
+    return Series(_erfcx_of(x.coeffs, primal(x.primal), order, kind))
 
 
-def _erfcx_of(c, y0, order: int):
-    """The stacked series of `erfcx` of the stacked series `c` whose value is `y0`."""
-    d = _series.erfcx_coeffs(c[0], y0, order)
+def _erfcx_of(c, y0, order: int, kind: str = "erfcx"):
+    """The stacked series of `erfcx` (or `wofz`) of the stacked series `c` whose value is
+    `y0`."""
+    d = _series.erfcx_coeffs(c[0], y0, order, kind)
     if _series.degree_of(c) <= 1:
         return _series.along_line(c, d, order)
     return _series.compose(c, d, order)

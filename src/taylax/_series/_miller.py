@@ -23,6 +23,8 @@ out, where it converges faster than the forward recurrence diverges.
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 from jax import lax
 
@@ -33,8 +35,19 @@ from ._recurrences import unrolled
 from ._rows import stack_rows_as, with_primal
 
 _TWO_OVER_SQRT_PI = 1.1283791670955126
-# erfcx's own equation, `y' = 2 x y - 2 / sqrt(pi)`, for the forward recurrence in a loop.
-_EQUATION = Quadratic(c=-_TWO_OVER_SQRT_PI, xy=2.0)
+# `y' = a x y + c`: erfcx's equation, and the Faddeeva function's `w(x) = erfcx(-i x)`
+# (JAX's complex erfcx), whose coefficients decay where `-i x` lies right of the
+# imaginary axis.
+_EQUATIONS = {
+    "erfcx": Quadratic(c=-_TWO_OVER_SQRT_PI, xy=2.0),
+    "wofz": Quadratic(c=1j * _TWO_OVER_SQRT_PI, xy=-2.0),
+}
+# On and left of the imaginary axis erfcx(z) holds a part `exp(z^2)` (once on the axis,
+# twice left of it), which the sweep, converging to the decaying solution, leaves out.
+# Its coefficients grow like `(2 |z|^2)^k / k!` against erfcx's `|z|^-k`, so the sweep is
+# taken there only where that part stays below 2^-60 of erfcx's coefficients to the
+# order asked (`_exp_part_log`).
+_EXP_PART_MAX_LOG = -60 * math.log(2.0)
 
 
 def _backward_from(order: int) -> int:
@@ -50,24 +63,31 @@ def _threshold(order: int) -> float:
     return 1.0 + 4.0 / order
 
 
-def erfcx_coeffs(x0: Array, y0: Array, order: int) -> Array:
-    """The stacked `c_0..c_order` of `erfcx(x0 + t)` (real `x0`), `c_0 = y0 = erfcx(x0)`:
-    forward recurrence below `_threshold(order)`, Miller's backward sweep above. Unrolled
-    where the policy unrolls a recurrence on a line (`unrolled(order, 1)`), else loops."""
+def erfcx_coeffs(x0: Array, y0: Array, order: int, kind: str = "erfcx") -> Array:
+    """The stacked `c_0..c_order` of `erfcx(x0 + t)` (`kind="erfcx"`, real or complex
+    `x0`) or of the Faddeeva function `wofz(x0 + t) = erfcx(-i (x0 + t))` (`"wofz"`),
+    `c_0 = y0`: Miller's backward sweep where `|x0| >= _threshold(order)` and the
+    function decays like `1 / x` there, else the forward recurrence. Unrolled where the
+    policy unrolls a recurrence on a line (`unrolled(order, 1)`), else loops."""
     dtype = jnp.result_type(x0, y0)
     shape = jnp.shape(x0)
     if order == 0:
         return stack_rows_as([y0], shape, dtype)
+    equation = _EQUATIONS[kind]
     threshold = _threshold(order)
-    backward = x0 >= threshold
+    z = x0 if kind == "erfcx" else -1j * x0
+    decays = jnp.real(z) > 0
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        decays = decays | (_exp_part_log(z, order) <= _EXP_PART_MAX_LOG)
+    backward = decays & (jnp.abs(x0) >= threshold)
     # The unused branch sees a harmless point, so no infinity reaches a derivative.
     xs = jnp.where(backward, x0, jnp.asarray(threshold, dtype))
-    u = 1 / (2 * xs * xs)
+    u = 1 / (equation.xy * xs * xs)
     start = _backward_from(order)
     b_next = -2 / (1 + jnp.sqrt(1 + 4 * (start + 2) * u))
     b = jnp.ones_like(xs)
     if unrolled(order, 1):
-        return _unrolled(x0, y0, xs, u, b_next, b, backward, order, shape, dtype)
+        return _unrolled(x0, y0, xs, u, b_next, b, backward, equation, order, shape, dtype)
 
     # Above `order` nothing is kept: a loop, rescaled every trip (float32's range).
     def upper(i, carry):
@@ -87,16 +107,26 @@ def erfcx_coeffs(x0: Array, y0: Array, order: int) -> Array:
     ks = jnp.arange(order + 1, 0, -1).astype(dtype)
     _, kept = lax.scan(lower, (b_next, b), ks)  # b_order .. b_0
     bs = jnp.flip(kept, 0)
-    forward = quadratic_ode(stack_rows_as([x0, 1], shape, dtype), y0, _EQUATION, order)
+    forward = quadratic_ode(stack_rows_as([x0, 1], shape, dtype), y0, equation, order)
     found = (y0 / bs[0]) * bs * powers(1 / xs, order)
     return with_primal(jnp.where(backward, found, forward), y0)
 
 
-def _unrolled(x0, y0, xs, u, b_next, b, backward, order: int, shape, dtype) -> Array:
+def _exp_part_log(z, order: int):
+    """The logarithm of the ratio of `exp(z^2)`'s coefficient `order` to erfcx's
+    (`~ 1 / (sqrt(pi) z^(order + 1))`) at `z`, roughly."""
+    r = jnp.maximum(jnp.abs(z), 1.0)
+    log_r = jnp.log(r)
+    growth = order * (math.log(2.0) + 2 * log_r) - math.lgamma(order + 1)
+    return jnp.real(z * z) + 0.5 * math.log(math.pi) + log_r + growth
+
+
+def _unrolled(x0, y0, xs, u, b_next, b, backward, equation, order: int, shape, dtype) -> Array:
     """`erfcx_coeffs` unrolled, row by row."""
-    forward = [y0, 2 * x0 * y0 - _TWO_OVER_SQRT_PI]
+    a = equation.xy
+    forward = [y0, a * x0 * y0 + equation.c]
     for k in range(1, order):
-        forward.append((2.0 / (k + 1)) * (x0 * forward[k] + forward[k - 1]))
+        forward.append((a / (k + 1)) * (x0 * forward[k] + forward[k - 1]))
     start = _backward_from(order)
     bs = [None] * (order + 1)
     for k in range(start, 0, -1):
