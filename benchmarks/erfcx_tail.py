@@ -69,9 +69,8 @@ def point_errors(order: int) -> list[str]:
             ours = np.asarray(taylax.taylor(f, order)(x, v)[1])
             theirs = nested_jvp(f, x0, order)
             ours, theirs = (np.max(np.abs(got - want) / np.abs(want)) for got in (ours, theirs))
-            lines.append(
-                f"| {name} | {x0:g} | {ours:.1e} | {theirs:.1e} |".replace("(", "").replace(")", "")
-            )
+            point = f"{x0:g}".strip("()")  # a complex point without its parentheses
+            lines.append(f"| {name} | {point} | {ours:.1e} | {theirs:.1e} |")
     return lines
 
 

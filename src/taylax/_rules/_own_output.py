@@ -22,11 +22,10 @@ program at `x_0`), so the approximations JAX chooses by dtype and range stay its
 in its tail (`|x0|` past about 1, where it decays) every forward recurrence for its
 coefficients, JAX's jvp rule's included, multiplies rounding errors by about `2 x0^2 / k`
 per order (`erfcx(30 + t)` lost every digit by order 6). Its coefficients at `x0` come
-from Miller's backward sweep
-(`_series.erfcx_coeffs`), along a line directly and otherwise composed with the input
-(`_series.compose`, O(K^3)). `log_ndtr` of a negative `x` is `log(erfcx(-x / sqrt 2) /
-2) - x^2 / 2` on that series, where its own equation cancelled as badly (docs/EMISSION.md,
-"erfcx in its tail").
+from Miller's backward sweep (`_series.erfcx_coeffs`), along a line directly and
+otherwise composed with the input (`_series.compose`, O(K^3)). `log_ndtr` of a negative
+`x` is `log(erfcx(-x / sqrt 2) / 2) - x^2 / 2` on that series, where its own equation
+cancelled as badly (docs/EMISSION.md, "erfcx in its tail").
 """
 
 from __future__ import annotations
@@ -77,19 +76,19 @@ def _linear(order: int, x: Series, primal: Callable, name: str) -> Series | None
     if jnp.issubdtype(x.dtype, np.complexfloating) != complex_equation:
         return None  # not the arguments JAX calls it with: the rule as written
     if name in ("erfcx", "wofz"):
-        return _erfcx(order, x, primal=primal, kind=name)
+        return _erfcx(order, x, primal=primal, g=g)
     return _solve(order, x, primal=primal, g=g)
 
 
 @over_element_chunks
-def _erfcx(order: int, x: Series, *, primal: Callable, kind: str) -> Series:
-    return Series(_erfcx_of(x.coeffs, primal(x.primal), order, kind))
+def _erfcx(order: int, x: Series, *, primal: Callable, g: Quadratic) -> Series:
+    return Series(_erfcx_of(x.coeffs, primal(x.primal), order, g))
 
 
-def _erfcx_of(c, y0, order: int, kind: str = "erfcx"):
-    """The stacked series of `erfcx` (or `wofz`) of the stacked series `c` whose value is
-    `y0`."""
-    d = _series.erfcx_coeffs(c[0], y0, order, kind)
+def _erfcx_of(c, y0, order: int, g: Quadratic = _EQUATIONS["erfcx"]):
+    """The stacked series of `erfcx` (or `wofz`: `g`) of the stacked series `c` whose value
+    is `y0`."""
+    d = _series.erfcx_coeffs(c[0], y0, order, g)
     if _series.degree_of(c) <= 1:
         return _series.along_line(c, d, order)
     return _series.compose(c, d, order)
@@ -126,6 +125,5 @@ def _log_ndtr_series(order: int, x: Series, *, primal: Callable) -> Series:
     e_u = _erfcx_of(u, 2 * lax.exp(y0 + 0.5 * c[0] * c[0]), order)
     half_square = _series.cauchy(c, c, order) * 0.5
     tail = log_series(e_u, lax.log(e_u[0]), order) - _series.pad_degree(half_square, order)
-    tail = _series.pad_degree(tail, order)
     rows = [y0] + [jnp.where(left, tail[k], riccati[k]) for k in range(1, order + 1)]
     return Series(_series.stack_rows(rows))

@@ -32,16 +32,8 @@ from ._coeffs import Array
 from ._lines import powers
 from ._quadratic import Quadratic, quadratic_ode
 from ._recurrences import unrolled
-from ._rows import stack_rows_as, with_primal
+from ._rows import rows_of, stack_rows_as, with_primal
 
-_TWO_OVER_SQRT_PI = 1.1283791670955126
-# `y' = a x y + c`: erfcx's equation, and the Faddeeva function's `w(x) = erfcx(-i x)`
-# (JAX's complex erfcx), whose coefficients decay where `-i x` lies right of the
-# imaginary axis.
-_EQUATIONS = {
-    "erfcx": Quadratic(c=-_TWO_OVER_SQRT_PI, xy=2.0),
-    "wofz": Quadratic(c=1j * _TWO_OVER_SQRT_PI, xy=-2.0),
-}
 # On and left of the imaginary axis erfcx(z) holds a part `exp(z^2)` (once on the axis,
 # twice left of it), which the sweep, converging to the decaying solution, leaves out.
 # Its coefficients grow like `(2 |z|^2)^k / k!` against erfcx's `|z|^-k`, so the sweep is
@@ -63,31 +55,32 @@ def _threshold(order: int) -> float:
     return 1.0 + 4.0 / order
 
 
-def erfcx_coeffs(x0: Array, y0: Array, order: int, kind: str = "erfcx") -> Array:
-    """The stacked `c_0..c_order` of `erfcx(x0 + t)` (`kind="erfcx"`, real or complex
-    `x0`) or of the Faddeeva function `wofz(x0 + t) = erfcx(-i (x0 + t))` (`"wofz"`),
-    `c_0 = y0`: Miller's backward sweep where `|x0| >= _threshold(order)` and the
-    function decays like `1 / x` there, else the forward recurrence. Unrolled where the
+def erfcx_coeffs(x0: Array, y0: Array, order: int, g: Quadratic) -> Array:
+    """The stacked `c_0..c_order` at `x0` of the solution `y` of `y' = g.xy x y + g.c`
+    through `y(x0) = y0`: erfcx (`g.xy = 2`, real or complex `x0`) or the Faddeeva
+    function `w(x) = erfcx(-i x)` (`g.xy = -2`, JAX's complex erfcx). Miller's backward
+    sweep where `|x0| >= _threshold(order)` and the function decays like `1 / x` there,
+    else the forward recurrence (`quadratic_ode` along the line). Unrolled where the
     policy unrolls a recurrence on a line (`unrolled(order, 1)`), else loops."""
     dtype = jnp.result_type(x0, y0)
     shape = jnp.shape(x0)
+    forward = quadratic_ode(stack_rows_as([x0, 1], shape, dtype), y0, g, order)
     if order == 0:
-        return stack_rows_as([y0], shape, dtype)
-    equation = _EQUATIONS[kind]
+        return forward
     threshold = _threshold(order)
-    z = x0 if kind == "erfcx" else -1j * x0
+    z = x0 if g.xy > 0 else -1j * x0  # the argument of erfcx
     decays = jnp.real(z) > 0
     if jnp.issubdtype(dtype, jnp.complexfloating):
         decays = decays | (_exp_part_log(z, order) <= _EXP_PART_MAX_LOG)
     backward = decays & (jnp.abs(x0) >= threshold)
     # The unused branch sees a harmless point, so no infinity reaches a derivative.
     xs = jnp.where(backward, x0, jnp.asarray(threshold, dtype))
-    u = 1 / (equation.xy * xs * xs)
+    u = 1 / (g.xy * xs * xs)
     start = _backward_from(order)
     b_next = -2 / (1 + jnp.sqrt(1 + 4 * (start + 2) * u))
     b = jnp.ones_like(xs)
     if unrolled(order, 1):
-        return _unrolled(x0, y0, xs, u, b_next, b, backward, equation, order, shape, dtype)
+        return _unrolled(y0, xs, u, b_next, backward, forward, order)
 
     # Above `order` nothing is kept: a loop, rescaled every trip (float32's range).
     def upper(i, carry):
@@ -107,7 +100,6 @@ def erfcx_coeffs(x0: Array, y0: Array, order: int, kind: str = "erfcx") -> Array
     ks = jnp.arange(order + 1, 0, -1).astype(dtype)
     _, kept = lax.scan(lower, (b_next, b), ks)  # b_order .. b_0
     bs = jnp.flip(kept, 0)
-    forward = quadratic_ode(stack_rows_as([x0, 1], shape, dtype), y0, equation, order)
     found = (y0 / bs[0]) * bs * powers(1 / xs, order)
     return with_primal(jnp.where(backward, found, forward), y0)
 
@@ -121,15 +113,11 @@ def _exp_part_log(z, order: int):
     return jnp.real(z * z) + 0.5 * math.log(math.pi) + log_r + growth
 
 
-def _unrolled(x0, y0, xs, u, b_next, b, backward, equation, order: int, shape, dtype) -> Array:
-    """`erfcx_coeffs` unrolled, row by row."""
-    a = equation.xy
-    forward = [y0, a * x0 * y0 + equation.c]
-    for k in range(1, order):
-        forward.append((a / (k + 1)) * (x0 * forward[k] + forward[k - 1]))
-    start = _backward_from(order)
+def _unrolled(y0, xs, u, b_next, backward, forward, order: int) -> Array:
+    """`erfcx_coeffs` unrolled, row by row (`forward`: the forward recurrence's rows)."""
+    b = jnp.ones_like(xs)
     bs = [None] * (order + 1)
-    for k in range(start, 0, -1):
+    for k in range(_backward_from(order), 0, -1):
         b_next, b = b, (k + 1) * u * b_next - b
         if k - 1 <= order:
             bs[k - 1] = b
@@ -141,7 +129,7 @@ def _unrolled(x0, y0, xs, u, b_next, b, backward, equation, order: int, shape, d
     scale = y0 / bs[0]
     step = 1 / xs
     rows, power = [y0], jnp.ones_like(xs)
-    for k in range(1, order + 1):
+    for k, forward_k in enumerate(rows_of(forward, order + 1)[1:], start=1):
         power = power * step
-        rows.append(jnp.where(backward, scale * bs[k] * power, forward[k]))
-    return stack_rows_as(rows, shape, dtype)
+        rows.append(jnp.where(backward, scale * bs[k] * power, forward_k))
+    return stack_rows_as(rows, jnp.shape(xs), forward.dtype)
