@@ -72,9 +72,10 @@ def worker(case: str, tol: float, trajectories: int, calls: int) -> dict:
         t_end = 2 * np.pi
     elif name == "saturating":
         field, t_end = saturating, 20.0
-        angles = np.linspace(0.1, 3.0, trajectories) if batch else np.array([1.0])
-        starts = np.stack([angles, np.zeros_like(angles)], axis=1)
-        starts = starts if batch else starts[0]
+        starts = np.array([1.0, 0.0])
+        if batch:
+            angles = np.linspace(0.1, 3.0, trajectories)
+            starts = np.stack([angles, np.zeros_like(angles)], axis=1)
     else:
         problem = bench_ode_problems.PROBLEMS[name]
         field, t_end = problem.field, problem.t_end

@@ -71,7 +71,7 @@ def main() -> None:
                 x = jnp.full(shape, 0.7, dtype)
                 trips = args.trips if shape else args.trips * 50
                 cells.append(f"{per_trip(form, x, trips, args.calls):.1f}")
-        print(f"| {name} | " + " | ".join([cells[0], cells[1], cells[2], cells[3]]) + " |")
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
