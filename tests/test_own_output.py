@@ -181,30 +181,59 @@ def test_erfcx_tail_by_the_loop_matches_mpmath(dtype):
         np.testing.assert_allclose(got[kept], want[kept], rtol=rtol, err_msg=str(x0))
 
 
+def _mp_erfcx_ratios(z0: complex, order: int) -> np.ndarray:
+    """erfcx's coefficients 1..order at `z0` over its value, by the recurrence run forward
+    in 400 digits, which no rounding reaches at these orders."""
+    with mpmath.workdps(400):
+        t = mpmath.mpc(z0)
+        want = [_mp_erfcx(t), 2 * t * _mp_erfcx(t) - 2 / mpmath.sqrt(mpmath.pi)]
+        for k in range(1, order):
+            want.append(2 * (t * want[k] + want[k - 1]) / (k + 1))
+        return np.array([complex(c / want[0]) for c in want[1:]])
+
+
+def _erfcx_ratios(z0: complex, order: int) -> np.ndarray:
+    primal, coeffs = taylax.taylor(_erfcx, order)(jnp.asarray(z0), jnp.asarray(1.0 + 0j))
+    return np.asarray(coeffs) / complex(primal)
+
+
 @needs_erfcx
 @pytest.mark.parametrize("order", [8, 40])
 def test_complex_erfcx_tail_matches_mpmath(order):
     # JAX's complex erfcx (the Faddeeva function of `i z`) loses digits by the same
-    # recurrence where it decays like 1 / z (right of the imaginary axis, and on and left
-    # of it while its part exp(z^2) stays negligible to the order): 4e-2 at 10 + 5i,
-    # order 8, before. Ratios to the value, so that JAX's own primal error (2e-13 at
-    # 10i) stays out; against the recurrence run forward in 400 digits. Order 40 runs
-    # the loops; there exp(z^2) reaches the coefficients at 10i, not at -3 + 20i.
+    # recurrence where it decays like 1 / z: 4e-2 at 10 + 5i, order 8, before the sweep.
+    # Ratios to the value, so that JAX's own primal error (2e-13 at 10i) stays out.
+    # Order 40 runs the loops.
     points = (3 + 3j, 10 + 5j, 10j, -3 + 10j, 30 + 0.1j, 2 - 8j)
     if order == 40:
         points = (3 + 3j, 10 + 5j, -3 + 20j, 30 + 0.1j, 2 - 8j)
     for z0 in points:
-        primal, coeffs = taylax.taylor(_erfcx, order)(jnp.asarray(z0), jnp.asarray(1.0 + 0j))
-        with mpmath.workdps(400):
-            t = mpmath.mpc(z0)
-            want = [_mp_erfcx(t), 2 * t * _mp_erfcx(t) - 2 / mpmath.sqrt(mpmath.pi)]
-            for k in range(1, order):
-                want.append(2 * (t * want[k] + want[k - 1]) / (k + 1))
-            want = np.array([complex(c / want[0]) for c in want[1:]])
-        got = np.asarray(coeffs) / complex(primal)
         # At order 40 as the real loop's test: rounding over the longer sweep.
         rtol = 1e-13 if order == 8 else 1e-12
-        np.testing.assert_allclose(got, want, rtol=rtol, err_msg=str(z0))
+        np.testing.assert_allclose(
+            _erfcx_ratios(z0, order), _mp_erfcx_ratios(z0, order), rtol=rtol, err_msg=str(z0)
+        )
+
+
+@needs_erfcx
+@pytest.mark.parametrize("order", [8, 16])
+def test_complex_erfcx_across_the_plane_matches_mpmath(order):
+    # Each point takes the sweep (reflected left of the axis: `2 exp(z^2) - erfcx(-z)`)
+    # or the forward recurrence, whichever a model of both errors favours. Before: the
+    # sweep near the axis's right (6e-6 at 1.6 exp(70i), order 8), the forward recurrence
+    # near its left (2e-2 at 8 exp(95i)). Off a wedge of 20 degrees around the imaginary
+    # axis the worse of the two is measured at 4.5e-10 up to order 24 (`python
+    # benchmarks/erfcx_tail.py`, the complex grid); inside it, from |z| near 4 to 8, both
+    # lose digits, as nested jvp does (docs/EMISSION.md).
+    for r in (1.6, 2.5, 4.0, 6.0, 12.0):
+        for degrees in (0, 40, 70, 110, 140, 175):
+            z0 = complex(r * np.exp(1j * np.deg2rad(degrees)))
+            np.testing.assert_allclose(
+                _erfcx_ratios(z0, order),
+                _mp_erfcx_ratios(z0, order),
+                rtol=1e-9,
+                err_msg=f"{r} exp({degrees}i)",
+            )
 
 
 @needs_erfcx

@@ -34,12 +34,9 @@ from ._quadratic import Quadratic, quadratic_ode
 from ._recurrences import unrolled
 from ._rows import rows_of, stack_rows_as, with_primal
 
-# On and left of the imaginary axis erfcx(z) holds a part `exp(z^2)` (once on the axis,
-# twice left of it), which the sweep, converging to the decaying solution, leaves out.
-# Its coefficients grow like `(2 |z|^2)^k / k!` against erfcx's `|z|^-k`, so the sweep is
-# taken there only where that part stays below 2^-60 of erfcx's coefficients to the
-# order asked (`_exp_part_log`).
-_EXP_PART_MAX_LOG = -60 * math.log(2.0)
+# `_sweep_wins`'s margin: the sweep is taken where the two solutions' ratios over orders
+# 1..N reach `exp(-_SWEEP_MARGIN) / eps`.
+_SWEEP_MARGIN = 9.0
 
 
 def _backward_from(order: int) -> int:
@@ -59,9 +56,10 @@ def erfcx_coeffs(x0: Array, y0: Array, order: int, g: Quadratic) -> Array:
     """The stacked `c_0..c_order` at `x0` of the solution `y` of `y' = g.xy x y + g.c`
     through `y(x0) = y0`: erfcx (`g.xy = 2`, real or complex `x0`) or the Faddeeva
     function `w(x) = erfcx(-i x)` (`g.xy = -2`, JAX's complex erfcx). Miller's backward
-    sweep where `|x0| >= _threshold(order)` and the function decays like `1 / x` there,
-    else the forward recurrence (`quadratic_ode` along the line). Unrolled where the
-    policy unrolls a recurrence on a line (`unrolled(order, 1)`), else loops."""
+    sweep for real `x0 >= _threshold(order)`, and for complex ones where it beats the
+    forward recurrence (`_sweep_wins`; left of the axis through `erfcx(-z)`), else the
+    forward recurrence (`quadratic_ode` along the line). Unrolled where the policy
+    unrolls a recurrence on a line (`unrolled(order, 1)`), else loops."""
     dtype = jnp.result_type(x0, y0)
     shape = jnp.shape(x0)
     forward = quadratic_ode(stack_rows_as([x0, 1], shape, dtype), y0, g, order)
@@ -69,10 +67,19 @@ def erfcx_coeffs(x0: Array, y0: Array, order: int, g: Quadratic) -> Array:
         return forward
     threshold = _threshold(order)
     z = x0 if g.xy > 0 else -1j * x0  # the argument of erfcx
-    decays = jnp.real(z) > 0
+    exp_part = None
     if jnp.issubdtype(dtype, jnp.complexfloating):
-        decays = decays | (_exp_part_log(z, order) <= _EXP_PART_MAX_LOG)
-    backward = decays & (jnp.abs(x0) >= threshold)
+        backward = _sweep_wins(z, order, dtype)
+        # Left of the axis, `erfcx(z) = 2 exp(z^2) - erfcx(-z)`: the sweep serves
+        # `erfcx(-z)`, whose value is `2 exp(z^2) - y0` and whose sweep is this one (it
+        # reads only `x0^2`), and `exp(z^2)`'s coefficients, the growing solution, run
+        # forward without loss. Where `exp(z^2)` overflows, so does `y0`.
+        reflected = backward & (jnp.real(z) < 0)
+        exp_part = _exp_part(x0, reflected, order, g)
+        backward = backward & jnp.isfinite(exp_part[0])
+        y0 = jnp.where(reflected, y0 - exp_part[0], y0)
+    else:
+        backward = (jnp.abs(x0) >= threshold) & (jnp.real(z) > 0)
     # The unused branch sees a harmless point, so no infinity reaches a derivative.
     xs = jnp.where(backward, x0, jnp.asarray(threshold, dtype))
     u = 1 / (g.xy * xs * xs)
@@ -80,7 +87,7 @@ def erfcx_coeffs(x0: Array, y0: Array, order: int, g: Quadratic) -> Array:
     b_next = -2 / (1 + jnp.sqrt(1 + 4 * (start + 2) * u))
     b = jnp.ones_like(xs)
     if unrolled(order, 1):
-        return _unrolled(y0, xs, u, b_next, backward, forward, order)
+        return _unrolled(y0, xs, u, b_next, backward, forward, exp_part, order)
 
     # Above `order` nothing is kept: a loop, rescaled every trip (float32's range).
     def upper(i, carry):
@@ -101,20 +108,47 @@ def erfcx_coeffs(x0: Array, y0: Array, order: int, g: Quadratic) -> Array:
     _, kept = lax.scan(lower, (b_next, b), ks)  # b_order .. b_0
     bs = jnp.flip(kept, 0)
     found = (y0 / bs[0]) * bs * powers(1 / xs, order)
-    return with_primal(jnp.where(backward, found, forward), y0)
+    if exp_part is not None:
+        found = found + exp_part
+    return with_primal(jnp.where(backward, found, forward), forward[0])
 
 
-def _exp_part_log(z, order: int):
-    """The logarithm of the ratio of `exp(z^2)`'s coefficient `order` to erfcx's
-    (`~ 1 / (sqrt(pi) z^(order + 1))`) at `z`, roughly."""
-    r = jnp.maximum(jnp.abs(z), 1.0)
-    log_r = jnp.log(r)
-    growth = order * (math.log(2.0) + 2 * log_r) - math.lgamma(order + 1)
-    return jnp.real(z * z) + 0.5 * math.log(math.pi) + log_r + growth
+def _exp_part(x0, reflected, order: int, g: Quadratic) -> Array:
+    """The stacked coefficients of `2 exp(z^2)` at the `reflected` points (`z = x0`, or
+    `-i x0` for `w`: `exp(g.xy x^2 / 2)`), zero elsewhere."""
+    xe = jnp.where(reflected, x0, jnp.zeros_like(x0))
+    e0 = jnp.where(reflected, 2 * jnp.exp(0.5 * g.xy * xe * xe), jnp.zeros_like(x0))
+    line = stack_rows_as([xe, 1], jnp.shape(x0), jnp.result_type(x0))
+    return quadratic_ode(line, e0, Quadratic(xy=g.xy), order)
 
 
-def _unrolled(y0, xs, u, b_next, backward, forward, order: int) -> Array:
-    """`erfcx_coeffs` unrolled, row by row (`forward`: the forward recurrence's rows)."""
+def _sweep_wins(z, order: int, dtype):
+    """Where the sweep (reflected left of the axis) beats the forward recurrence at the
+    complex point `z`, by a model of both errors.
+
+    Both errors follow the ratio of the recurrence's two solutions, `|r_+(k) / r_-(k)|`
+    at order k, whose roots `r = (z +- s) / (k + 1)`, `s = sqrt(z^2 + 2 (k + 1))`, give
+    `log |r_+ / r_-| = dG / dm` for `G(m) = m log(|s + z|^2 / (2 m)) + Re(z s)` (`s` at
+    `m = k + 1`, `Re z >= 0`). The forward recurrence multiplies a rounding error by
+    `exp(G(K) - G(1))` up to order K; the sweep damps its start's error by
+    `exp(G(N) - G(K))` from order N down. Their sum `G(N) - G(1)` against `log(1 / eps)`
+    decides, with a margin set on a grid where both methods were forced at each point
+    (docs/EMISSION.md, "Complex erfcx"; `python benchmarks/erfcx_tail.py` measures the
+    choice)."""
+    w = jnp.where(jnp.real(z) < 0, -z, z)
+    gain = _damping(w, _backward_from(order)) - _damping(w, 1)
+    return gain >= -math.log(float(jnp.finfo(dtype).eps)) - _SWEEP_MARGIN
+
+
+def _damping(w, m: int):
+    """`G(m)` of `_sweep_wins` at `w` (`Re w >= 0`)."""
+    s = jnp.sqrt(w * w + 2 * m)
+    return m * jnp.log(jnp.abs(s + w) ** 2 / (2 * m)) + jnp.real(w * s)
+
+
+def _unrolled(y0, xs, u, b_next, backward, forward, exp_part, order: int) -> Array:
+    """`erfcx_coeffs` unrolled, row by row (`forward`: the forward recurrence's rows;
+    `exp_part`: `_exp_part`'s, or None)."""
     b = jnp.ones_like(xs)
     bs = [None] * (order + 1)
     for k in range(_backward_from(order), 0, -1):
@@ -128,8 +162,13 @@ def _unrolled(y0, xs, u, b_next, backward, forward, order: int) -> Array:
             b_next, b = b_next * scale, b * scale
     scale = y0 / bs[0]
     step = 1 / xs
-    rows, power = [y0], jnp.ones_like(xs)
-    for k, forward_k in enumerate(rows_of(forward, order + 1)[1:], start=1):
+    exp_rows = None if exp_part is None else rows_of(exp_part, order + 1)
+    forward_rows = rows_of(forward, order + 1)
+    rows, power = [forward_rows[0]], jnp.ones_like(xs)
+    for k in range(1, order + 1):
         power = power * step
-        rows.append(jnp.where(backward, scale * bs[k] * power, forward_k))
+        found = scale * bs[k] * power
+        if exp_rows is not None:
+            found = found + exp_rows[k]
+        rows.append(jnp.where(backward, found, forward_rows[k]))
     return stack_rows_as(rows, jnp.shape(xs), forward.dtype)
