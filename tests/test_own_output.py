@@ -158,6 +158,16 @@ def test_tails_match_mpmath(name):
         np.testing.assert_allclose(np.asarray(coeffs), want, rtol=1e-13, err_msg=str(x0))
 
 
+def _mp_erfcx_recurrence(t, order: int) -> list:
+    """erfcx's coefficients 0..order at the mpmath number `t`, by its recurrence run
+    forward in 400 digits, which no rounding reaches at these orders."""
+    with mpmath.workdps(400):
+        want = [_mp_erfcx(t), 2 * t * _mp_erfcx(t) - 2 / mpmath.sqrt(mpmath.pi)]
+        for k in range(1, order):
+            want.append(2 * (t * want[k] + want[k - 1]) / (k + 1))
+        return want
+
+
 @needs_erfcx
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_erfcx_tail_by_the_loop_matches_mpmath(dtype):
@@ -168,12 +178,7 @@ def test_erfcx_tail_by_the_loop_matches_mpmath(dtype):
     points = (0.5, 1.2, 2.0, 5.0, 30.0) if dtype == np.float64 else (2.0, 5.0, 30.0)
     for x0 in points:
         primal, coeffs = taylax.taylor(_erfcx, order)(dtype(x0), dtype(1.0))
-        with mpmath.workdps(400):
-            t = mpmath.mpf(x0)
-            want = [_mp_erfcx(t), 2 * t * _mp_erfcx(t) - 2 / mpmath.sqrt(mpmath.pi)]
-            for k in range(1, order):
-                want.append(2 * (t * want[k] + want[k - 1]) / (k + 1))
-            want = np.array([float(c) for c in want[1:]])
+        want = np.array([float(c) for c in _mp_erfcx_recurrence(mpmath.mpf(x0), order)[1:]])
         got = np.asarray(coeffs, np.float64)
         tiny = np.finfo(dtype).tiny / np.finfo(dtype).eps  # below it, float32 underflows
         kept = np.abs(want) > tiny
@@ -182,13 +187,9 @@ def test_erfcx_tail_by_the_loop_matches_mpmath(dtype):
 
 
 def _mp_erfcx_ratios(z0: complex, order: int) -> np.ndarray:
-    """erfcx's coefficients 1..order at `z0` over its value, by the recurrence run forward
-    in 400 digits, which no rounding reaches at these orders."""
+    """erfcx's coefficients 1..order at `z0` over its value."""
+    want = _mp_erfcx_recurrence(mpmath.mpc(z0), order)
     with mpmath.workdps(400):
-        t = mpmath.mpc(z0)
-        want = [_mp_erfcx(t), 2 * t * _mp_erfcx(t) - 2 / mpmath.sqrt(mpmath.pi)]
-        for k in range(1, order):
-            want.append(2 * (t * want[k] + want[k - 1]) / (k + 1))
         return np.array([complex(c / want[0]) for c in want[1:]])
 
 
@@ -220,11 +221,11 @@ def test_complex_erfcx_tail_matches_mpmath(order):
 def test_complex_erfcx_across_the_plane_matches_mpmath(order):
     # Each point takes the sweep (reflected left of the axis: `2 exp(z^2) - erfcx(-z)`)
     # or the forward recurrence, whichever a model of both errors favours. Before: the
-    # sweep near the axis's right (6e-6 at 1.6 exp(70i), order 8), the forward recurrence
-    # near its left (2e-2 at 8 exp(95i)). Off a wedge of 20 degrees around the imaginary
-    # axis the worse of the two is measured at 4.5e-10 up to order 24 (`python
-    # benchmarks/erfcx_tail.py`, the complex grid); inside it, from |z| near 4 to 8, both
-    # lose digits, as nested jvp does (docs/EMISSION.md).
+    # sweep near the axis's right (5.2e-7 at 1.6 exp(70i), order 8), the forward
+    # recurrence far left (7.1e-2 at 12 exp(120i)). 15 degrees or more off the imaginary
+    # axis the largest error is 4.0e-10 up to order 24 (`python benchmarks/erfcx_tail.py`,
+    # the complex grid); closer, from |z| near 4 to 8, both methods lose digits, as
+    # nested jvp does (docs/EMISSION.md, "Complex erfcx").
     for r in (1.6, 2.5, 4.0, 6.0, 12.0):
         for degrees in (0, 40, 70, 110, 140, 175):
             z0 = complex(r * np.exp(1j * np.deg2rad(degrees)))

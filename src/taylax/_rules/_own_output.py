@@ -19,10 +19,11 @@ and `y` is its integral. The primal `y_0` is the function's own (its custom_jvp'
 program at `x_0`), so the approximations JAX chooses by dtype and range stay its own.
 
 `erfcx` (real, and complex: `wofz`) is the exception to one pass of its equation: far
-in its tail (`|x0|` past about 1, where it decays) every forward recurrence for its
+in its tail (real `x0` past about 1, where it decays) every forward recurrence for its
 coefficients, JAX's jvp rule's included, multiplies rounding errors by about `2 x0^2 / k`
 per order (`erfcx(30 + t)` lost every digit by order 6). Its coefficients at `x0` come
-from Miller's backward sweep (`_series.erfcx_coeffs`), along a line directly and
+from Miller's backward sweep (`_series.erfcx_coeffs`; complex points choose between it
+and the forward recurrence by a model of both errors), along a line directly and
 otherwise composed with the input (`_series.compose`, O(K^3)). `log_ndtr` of a negative
 `x` is `log(erfcx(-x / sqrt 2) / 2) - x^2 / 2` on that series, where its own equation
 cancelled as badly (docs/EMISSION.md, "erfcx in its tail").

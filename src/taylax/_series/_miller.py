@@ -85,9 +85,9 @@ def erfcx_coeffs(x0: Array, y0: Array, order: int, g: Quadratic) -> Array:
     u = 1 / (g.xy * xs * xs)
     start = _backward_from(order)
     b_next = -2 / (1 + jnp.sqrt(1 + 4 * (start + 2) * u))
-    b = jnp.ones_like(xs)
     if unrolled(order, 1):
         return _unrolled(y0, xs, u, b_next, backward, forward, exp_part, order)
+    b = jnp.ones_like(xs)
 
     # Above `order` nothing is kept: a loop, rescaled every trip (float32's range).
     def upper(i, carry):
