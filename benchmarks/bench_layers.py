@@ -8,10 +8,13 @@ direction ``v`` at orders K = 1, 2, 4, float64, jitted, in one process:
 
 Steady state is the minimum over interleaved rounds (`bench_batched.interleaved_minimum`:
 every contender in turn, each timed call right after an untimed one of its own). Every
-row checks that the two agree. Writes ``benchmarks/results/layers.{md,json}``.
+row checks that the two agree. Writes ``benchmarks/results/layers.{md,json}``. With
+``--set FIELD=VALUE ...`` a third contender, ``[set]``, runs taylax compiled under the
+platform's policy so changed, in the same rounds; its table goes to ``layers_set.md``.
 
     python benchmarks/bench_layers.py                  # every layer (make bench)
     python benchmarks/bench_layers.py --layers softmax,silu_mlp --orders 2
+    python benchmarks/bench_layers.py --orders 2 --set unbatched_unmarked_min_bytes=None
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import taylax  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_batched import interleaved_minimum, nested_levels  # noqa: E402
+from harness import changed_policy  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -90,8 +94,11 @@ def _layers() -> dict[str, tuple[str, Callable, tuple[int, ...]]]:
     }
 
 
-def measure(layers, orders, rounds: int) -> list[dict]:
+def measure(layers, orders, rounds: int, changes=()) -> list[dict]:
+    """One row per layer and order; with `changes` (`FIELD=VALUE` strings) a `[set]`
+    contender: taylax compiled under the policy so changed."""
     rows = []
+    policy = changed_policy(changes)
     table = _layers()
     for name in layers:
         description, f, shape = table[name]
@@ -103,15 +110,28 @@ def measure(layers, orders, rounds: int) -> list[dict]:
                 "nested jvp": jax.jit(lambda x, v, f=f, K=K: nested_levels(f, K, v)(x)),
             }
             ours, theirs = (np.asarray(fn(x, v)) for fn in fns.values())
-            error = float(np.max(np.abs(ours - theirs)) / (np.max(np.abs(theirs)) + 1e-300))
+            if policy is not None:  # a function of its own: traced afresh under `policy`
+                with taylax.emission_policy(policy):
+                    fns["[set]"] = (
+                        jax.jit(lambda x, v, f=f, K=K: taylax.derivatives(f, K)(x, v))
+                        .lower(x, v)
+                        .compile()
+                    )
+            outs = [ours] + ([np.asarray(fns["[set]"](x, v))] if policy is not None else [])
+            scale = np.max(np.abs(theirs)) + 1e-300
+            error = max(float(np.max(np.abs(o - theirs)) / scale) for o in outs)
             best = interleaved_minimum(fns, {n: (x, v) for n in fns}, rounds, budget_s=30.0)
             row = {"layer": name, "description": description, "order": K, "ms": best}
             row["relative_difference"] = error
             rows.append(row)
             ratio = best["taylax"] / best["nested jvp"]
+            changed = ""
+            if policy is not None:
+                changed = f", [set] {best['[set]']:.3f} ms (taylax / [set] "
+                changed += f"{best['taylax'] / best['[set]']:.2f})"
             print(
                 f"{name:10s} K={K} taylax {best['taylax']:.3f} ms, nested jvp "
-                f"{best['nested jvp']:.3f} ms ({ratio:.2f}x), difference {error:.1e}",
+                f"{best['nested jvp']:.3f} ms ({ratio:.2f}x){changed}, difference {error:.1e}",
                 flush=True,
             )
     return rows
@@ -144,6 +164,27 @@ def markdown(payload: dict) -> str:
     return "\n".join(lines)
 
 
+def set_markdown(payload: dict, changes) -> str:
+    """The `--set` run's table: taylax, `[set]` and their ratio per layer and order."""
+    meta = payload["meta"]
+    lines = [
+        f"Common layers, taylax under the platform's policy and under it with "
+        f"`{' '.join(changes)}` ([set]), in the same interleaved rounds (jax {meta['jax']}, "
+        f"{meta['cpus']} CPUs, float64, {meta['date'][:10]}; `benchmarks/bench_layers.py "
+        f"--set ...`).",
+        "",
+        "| layer | K | taylax, ms | [set], ms | taylax / [set] | nested jvp, ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in payload["rows"]:
+        ms = r["ms"]
+        lines.append(
+            f"| {r['layer']} | {r['order']} | {ms['taylax']:.3f} | {ms['[set]']:.3f} | "
+            f"{ms['taylax'] / ms['[set]']:.2f} | {ms['nested jvp']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
 def readme_summary(payload: dict) -> str:
     return markdown(payload)
 
@@ -153,6 +194,9 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", default=",".join(_layers()))
     parser.add_argument("--orders", default="1,2,4")
     parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument(
+        "--set", nargs="*", default=[], help="FIELD=VALUE: the policy's changes for [set]"
+    )
     args = parser.parse_args(argv)
     layers = args.layers.split(",")
     orders = [int(k) for k in args.orders.split(",")]
@@ -162,9 +206,13 @@ def main(argv=None) -> int:
         "machine": platform.machine(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(),
     }
-    payload = {"meta": meta, "rows": measure(layers, orders, args.rounds)}
+    payload = {"meta": meta, "rows": measure(layers, orders, args.rounds, args.set)}
     out = HERE / "results"
     out.mkdir(exist_ok=True)
+    if args.set:  # a comparison, not the table `make bench` keeps
+        (out / "layers_set.md").write_text(set_markdown(payload, args.set) + "\n")
+        print(set_markdown(payload, args.set))
+        return 0
     (out / "layers.json").write_text(json.dumps(payload, indent=1))
     (out / "layers.md").write_text(markdown(payload) + "\n")
     print(markdown(payload))

@@ -43,11 +43,31 @@ def test_marks_are_lowered_by_size_and_order(kind):
 
 
 @pytest.mark.parametrize("kind", ["once", "shield"])
-def test_marks_of_the_lowest_orders_are_lowered_unmarked_at_every_size(kind):
+def test_batched_marks_of_the_lowest_orders_are_lowered_unmarked_at_every_size(kind):
     low = taylax.CPU.unmarked_any_size_max_order
-    assert _unmarked(_lowered(_marked(kind, low), (3,)))
-    assert _unmarked(_lowered(_marked(kind, low), (LARGE,)))
-    assert not _unmarked(_lowered(_marked(kind, low + 1), (3,)))
+    assert _unmarked(_lowered(jax.vmap(_marked(kind, low)), (3,)))
+    assert _unmarked(_lowered(jax.vmap(_marked(kind, low)), (LARGE,)))
+    assert not _unmarked(_lowered(jax.vmap(_marked(kind, low + 1)), (3,)))
+
+
+@pytest.mark.parametrize("kind", ["once", "shield"])
+def test_unbatched_marks_of_the_lowest_orders_are_lowered_by_their_own_bound(kind):
+    # Traced at the shape they are lowered at (no vmap after the pass): marked while
+    # smaller than `unbatched_unmarked_min_bytes`, a bound of their own.
+    low = taylax.CPU.unmarked_any_size_max_order
+    least = taylax.CPU.unbatched_unmarked_min_bytes // 8  # float64 elements
+    assert least < LARGE
+    assert not _unmarked(_lowered(_marked(kind, low), (3,)))
+    assert not _unmarked(_lowered(_marked(kind, low), (least - 1,)))
+    assert _unmarked(_lowered(_marked(kind, low), (least,)))
+    # A value batched by vmap is told apart by its traced shape, even where the batch
+    # leaves it small.
+    assert _unmarked(_lowered(jax.vmap(_marked(kind, low)), (least - 1,)))
+
+
+def test_unbatched_marks_of_the_lowest_orders_follow_the_policy(emission):
+    emission(unbatched_unmarked_min_bytes=None)
+    assert _unmarked(_lowered(_marked("once", taylax.CPU.unmarked_any_size_max_order), (3,)))
 
 
 def test_batched_marks_are_lowered_by_the_batched_size():
@@ -120,3 +140,25 @@ def test_policies_without_marks_lower_every_value_unmarked(kind, emission):
     emission(base=taylax.GPU)
     for order in (None, 1, taylax.CPU.unmarked_max_order + 1, 32):
         assert _unmarked(_lowered(_marked(kind, order), (3,)))
+
+
+def test_whole_array_passes_of_the_lowest_orders_mark_small_values(emission):
+    # A pass traced at its arrays' full shape marks what its rows share; the same pass
+    # under vmap does not (docs/EMISSION.md, "Values computed once").
+    def f(t):
+        return jnp.cos(t) ** 3 * jnp.exp(-t * t) / (2 + jnp.sin(t))
+
+    order = taylax.CPU.unmarked_any_size_max_order
+    t = jax.ShapeDtypeStruct((4096,), jnp.float64)
+
+    def divides(fn) -> int:
+        return jax.jit(fn).lower(t).as_text().count("stablehlo.divide")
+
+    def whole(t):
+        return taylax.derivatives(f, order)(t, jnp.ones_like(t))
+
+    per_point = jax.vmap(taylax.derivatives(f, order))
+    marked_whole, marked_vmap = divides(whole), divides(per_point)
+    emission(unbatched_unmarked_min_bytes=None)
+    assert divides(whole) < marked_whole
+    assert divides(per_point) == marked_vmap

@@ -12,7 +12,9 @@ costs more than it saves.
 The size of a value is known only when the program is lowered: `jax.vmap` batches the
 traced program afterwards, so the Taylor rules see one point's shapes. The mark is
 therefore a primitive, `taylax_computed_once`, that is lowered as the marking division
-or as the value itself once its batched shape is known.
+or as the value itself once its batched shape is known. It records the shape the pass
+traced (`traced_shape`), so that the lowering also knows whether `vmap` batched the value:
+at the lowest orders that decides (`stays_marked`).
 """
 
 from __future__ import annotations
@@ -37,33 +39,44 @@ def mark(value, one, *, kind: str, pass_order: int | None):
     """
     if jnp.shape(one) != jnp.shape(value):
         one = jnp.broadcast_to(one, jnp.shape(value))
-    return computed_once_p.bind(value, one, kind=kind, pass_order=pass_order)
+    shape = tuple(jnp.shape(value))
+    return computed_once_p.bind(value, one, kind=kind, pass_order=pass_order, traced_shape=shape)
 
 
 def unmarked_at_any_size(order: int | None, policy=None) -> bool:
-    """Whether no value of a pass of `order` (None: outside a pass) is lowered marked
-    (the policy's `mark_values` and `unmarked_any_size_max_order`)."""
+    """Whether no value batched after tracing in a pass of `order` (None: outside a pass)
+    is lowered marked (the policy's `mark_values` and `unmarked_any_size_max_order`)."""
     policy = policy or _policy.current()
     if not policy.mark_values:
         return True
     return order is not None and order <= policy.unmarked_any_size_max_order
 
 
-def stays_marked(aval, order: int | None, policy=None) -> bool:
+def stays_marked(aval, order: int | None, policy=None, traced_shape=None) -> bool:
     """Whether a value of abstract type `aval` in a pass of `order` is lowered marked:
     always past the policy's `unmarked_max_order`, below it where the value is smaller
-    than `unmarked_min_bytes` (a buffer of that size stays in cache)."""
+    than `unmarked_min_bytes` (a buffer of that size stays in cache).
+
+    At the lowest orders (`unmarked_at_any_size`) the value's shape when the pass traced
+    it decides (`traced_shape`; None: unknown). Batched by `jax.vmap` after tracing, it
+    is not marked: the pass is one kernel that writes its output point by point, and
+    each point's rows share what they read. Lowered at its traced shape, it is marked
+    while smaller than `unbatched_unmarked_min_bytes`: the output's rows are then
+    written one after another, and unmarked each computed again what they share
+    (docs/EMISSION.md, "Values computed once")."""
     policy = policy or _policy.current()
+    size = math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
     if unmarked_at_any_size(order, policy):
-        return False
+        least = policy.unbatched_unmarked_min_bytes
+        unbatched = traced_shape is not None and tuple(aval.shape) == tuple(traced_shape)
+        return policy.mark_values and unbatched and least is not None and size < least
     if order is None or order > policy.unmarked_max_order:
         return True
-    size = math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
     return size < policy.unmarked_min_bytes
 
 
-def _marked(value, one, *, kind, pass_order):
-    del pass_order
+def _marked(value, one, *, kind, pass_order, traced_shape):
+    del pass_order, traced_shape
     if kind == "once":
         return [value / one]
     if jnp.iscomplexobj(value):  # part by part: `inf * (1 + 0j)` has a nan part
@@ -74,46 +87,48 @@ def _marked(value, one, *, kind, pass_order):
 _lower_marked = _compat.mlir.lower_fun(_marked, multiple_results=True)
 
 
-def _lower(ctx, value, one, *, kind, pass_order):
+def _lower(ctx, value, one, *, kind, pass_order, traced_shape):
     # Lowered for a known platform: its policy decides, unless a user set one.
     policy = _policy.for_lowering(ctx.module_context.platforms)
-    if stays_marked(ctx.avals_in[0], pass_order, policy):
-        return _lower_marked(ctx, value, one, kind=kind, pass_order=pass_order)
+    if stays_marked(ctx.avals_in[0], pass_order, policy, traced_shape):
+        return _lower_marked(
+            ctx, value, one, kind=kind, pass_order=pass_order, traced_shape=traced_shape
+        )
     return [value]
 
 
-def _abstract_eval(value, one, *, kind, pass_order):
+def _abstract_eval(value, one, **params):
     # The value's own type (its sharding, and the mesh axes it varies over inside
     # `shard_map`: a rebuilt type dropped them, and a collective then rejected the value).
-    del one, kind, pass_order
+    del one, params
     return value.update(weak_type=False)
 
 
-def _impl(value, one, *, kind, pass_order):
-    del one, kind, pass_order
+def _impl(value, one, **params):
+    del one, params
     return value
 
 
-def _jvp(primals, tangents, *, kind, pass_order):
+def _jvp(primals, tangents, **params):
     value, one = primals
     tangent = _compat.ad.instantiate_zeros(tangents[0])
-    params = dict(kind=kind, pass_order=pass_order)
     return computed_once_p.bind(value, one, **params), computed_once_p.bind(tangent, one, **params)
 
 
-def _transpose(cotangent, value, one, *, kind, pass_order):
+def _transpose(cotangent, value, one, **params):
     del value
     if type(cotangent) is _compat.ad.Zero:
         return [None, None]
-    return [computed_once_p.bind(cotangent, one, kind=kind, pass_order=pass_order), None]
+    return [computed_once_p.bind(cotangent, one, **params), None]
 
 
-def _batch(args, dims, *, kind, pass_order):
+def _batch(args, dims, **params):
+    # `traced_shape` stays the unbatched one: the lowering tells a batched value by it.
     value, one = args
     size = next(jnp.shape(a)[d] for a, d in zip(args, dims) if d is not None)
     value = _compat.batching.bdim_at_front(value, dims[0], size)
     one = _compat.batching.bdim_at_front(one, dims[1], size)
-    return computed_once_p.bind(value, one, kind=kind, pass_order=pass_order), 0
+    return computed_once_p.bind(value, one, **params), 0
 
 
 computed_once_p.def_impl(_impl)

@@ -112,7 +112,9 @@ class EmissionPolicy:
       ran as fast as that `vmap` over more bytes; None: as the first.
 
     **Values computed once** (`taylax._once`): at orders up to
-    `unmarked_any_size_max_order` no value is marked; up to `unmarked_max_order`, values
+    `unmarked_any_size_max_order` no value batched by `jax.vmap` after the pass traced it
+    is marked, and values the pass traced at their full shape are marked while smaller
+    than `unbatched_unmarked_min_bytes` (None: never); up to `unmarked_max_order`, values
     of at least `unmarked_min_bytes` are not. `mark_values=False` never marks.
     `one_kernel_max_order`: scalar polynomial/trig passes up to this order keep no mark.
 
@@ -224,6 +226,7 @@ class EmissionPolicy:
     mark_values: bool = True
     unmarked_max_order: int = 4
     unmarked_any_size_max_order: int = 2
+    unbatched_unmarked_min_bytes: int | None = 2 << 20
     unmarked_min_bytes: int = 1 << 22
     one_kernel_max_order: int = 4
     pair_dots_max_degree: int = 8
