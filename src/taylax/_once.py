@@ -65,11 +65,13 @@ def stays_marked(aval, order: int | None, policy=None, traced_shape=None) -> boo
     written one after another, and unmarked each computed again what they share
     (docs/EMISSION.md, "Values computed once")."""
     policy = policy or _policy.current()
+    if not policy.mark_values:
+        return False
     size = math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
     if unmarked_at_any_size(order, policy):
         least = policy.unbatched_unmarked_min_bytes
         unbatched = traced_shape is not None and tuple(aval.shape) == tuple(traced_shape)
-        return policy.mark_values and unbatched and least is not None and size < least
+        return unbatched and least is not None and size < least
     if order is None or order > policy.unmarked_max_order:
         return True
     return size < policy.unmarked_min_bytes

@@ -270,10 +270,11 @@ def _divide_rows(a: Array, b: Array, order: int, q0, shape, dtype) -> list[Array
     # copies products into their readers but keeps each division in a kernel of its own.
     reciprocal = 1 / b0
     # XLA:CPU keeps a quotient `a / b` with several readers in a kernel of its own but
-    # fuses a reciprocal `1 / b` into its readers. At orders where nothing is marked
-    # (`_once.unmarked_at_any_size`) the recurrence reads `a_0 (1 / b_0)`, and the
-    # exact `a_0 / b_0` is only the primal row: the whole quotient is then one kernel
-    # (docs/EMISSION.md, "Values computed once").
+    # fuses a reciprocal `1 / b` into its readers. At orders where nothing batched by
+    # `vmap` is marked (`_once.unmarked_at_any_size`) the recurrence reads `a_0 (1 / b_0)`,
+    # and the exact `a_0 / b_0` is only the primal row: the whole quotient is then one
+    # kernel (docs/EMISSION.md, "Values computed once"). A whole-array pass of those
+    # orders reads the same form; its small values are marked when lowered.
     q0_read = q[0]
     if _once.unmarked_at_any_size(pass_order()) and a_rows[0] is not None:
         q0_read = shielded(a_rows[0]) * reciprocal
