@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import taylax
-from reference import oracle
+from reference import all_equations, oracle
 from taylax import _rare
 
 
@@ -104,3 +104,37 @@ def test_logaddexp_at_plus_inf_under_vmap():
     got = np.asarray(jax.jit(jax.vmap(taylax.derivatives(f, 5)))(t)).T
     want = oracle(f, t, np.ones(3), 5)
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def _sin_times_power(t):
+    return jnp.sin(t) * (1.2 + t * t) ** -1.5
+
+
+def test_pow_of_a_series_keeps_its_rows_for_a_product(emission):
+    # The conditional's output is a buffer; on the CPU a product past the stacked bound
+    # reads its rows (row sums) instead of a shifted sum over a padded copy of it, which
+    # XLA:CPU computed transposed against the line's (points, K + 1) stack.
+    emission()
+    t = jnp.linspace(-0.9, 0.9, 8)
+    order = taylax.CPU.stacked_product_rows_max_order + 2
+    jaxpr = jax.make_jaxpr(jax.vmap(taylax.derivatives(_sin_times_power, order)))(t)
+    assert "pad" not in {e.primitive.name for e in all_equations(jaxpr)}
+
+
+def test_pow_of_a_series_through_zero_with_a_product(emission):
+    # The rows of the conditional's output, on both of its sides.
+    emission()
+    order = taylax.CPU.stacked_product_rows_max_order + 2
+
+    def f(t):
+        return jnp.sin(t) * _pow_of_series(t)
+
+    t = np.asarray([0.0, 0.4, 1.1, -0.3])
+    got = np.asarray(jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)).T
+    want = oracle(f, t, np.ones(4), order)
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-10, atol=1e-12)
+    away = t != 0.0
+    got = np.asarray(jax.jit(jax.vmap(taylax.derivatives(f, order)))(t[away])).T
+    np.testing.assert_allclose(got, want[:, away], rtol=1e-10, atol=1e-12)

@@ -336,7 +336,13 @@ def _power_series(c, p, y0, order: int, integer_exponent: bool = False):
         return _series.with_primal(_series.compose(c, d, order), y0)
 
     # The composition, O(K^3), only when some element is 0, also under `vmap` (`_rare`).
-    return _rare.where_any(x0 == 0, composed, recurrence, [c, y0])
+    out = _rare.where_any(x0 == 0, composed, recurrence, [c, y0])
+    if _series.known_rows(recurrence) is None:
+        return out
+    # The conditional's output is a buffer whose rows are read as cheaply as the
+    # recurrence's were: readers that ask for rows (a product) keep taking them
+    # (docs/EMISSION.md, "Rows of a rare side").
+    return _series.with_known_rows(out, [out[k] for k in range(out.shape[0])])
 
 
 @register_rule(lax.pow_p)
