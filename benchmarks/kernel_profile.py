@@ -1,12 +1,13 @@
-"""Time per compiled kernel of `jax.jit(jax.vmap(taylax.derivatives(f, K)))`, from JAX's
-profiler: which kernel of a pass takes the time.
+"""Time per compiled kernel of `jax.jit(jax.vmap(taylax.derivatives(f, K)))` (or of a
+whole-array call), from JAX's profiler: which kernel of a pass takes the time.
 
 `f` is a Python expression in `t`, with `jnp` and `jax` in scope. The program runs
 `--calls` times under `jax.profiler.trace`; the script reads the Perfetto trace and
 prints each kernel's mean time per call, the most expensive first. On XLA:CPU a kernel
 split over threads reports its time summed over them, so the total can exceed the wall
 time. `--policy name=value,...` runs a variant of the backend's built-in policy (or of
-`--base`'s), by `dataclasses.replace`.
+`--base`'s), by `dataclasses.replace`. `--whole` profiles the whole-array call
+`jax.jit(lambda t: taylax.derivatives(f, K)(t, ones))` instead of the `vmap`.
 
     python benchmarks/kernel_profile.py "jnp.sin(jnp.sqrt(1.5 + jnp.tanh(jnp.log1p(t * t))))"
     python benchmarks/kernel_profile.py "jnp.tanh(t) ** 2" --policy polynomial_rows_max_order=8
@@ -69,12 +70,18 @@ def main(argv=None) -> int:
     parser.add_argument("--base", default=None, help="cpu, gpu or default (the backend's)")
     parser.add_argument("--policy", default="", help="name=value,... over the base policy")
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument(
+        "--whole", action="store_true", help="the whole array along ones, not under vmap"
+    )
     args = parser.parse_args(argv)
     f = eval(f"lambda t: {args.expression}", {"jnp": jnp, "jax": jax})  # a command-line tool
     base = args.base or ("cpu" if jax.default_backend() == "cpu" else "gpu")
     builtin = {"cpu": taylax.CPU, "gpu": taylax.GPU, "default": taylax.DEFAULT}[base]
     policy = dataclasses.replace(builtin, **parse_fields(args.policy))
-    program = jax.jit(jax.vmap(taylax.derivatives(f, args.order)))
+    if args.whole:
+        program = jax.jit(lambda t: taylax.derivatives(f, args.order)(t, jnp.ones_like(t)))
+    else:
+        program = jax.jit(jax.vmap(taylax.derivatives(f, args.order)))
 
     def run(t):
         with taylax.emission_policy(policy):
@@ -86,7 +93,8 @@ def main(argv=None) -> int:
     print(f"# {command_line(__file__, sys.argv[1:] if argv is None else argv)}")
     print(
         f"{jax.devices()[0].device_kind}, jax {jax.__version__}, float64, K = {args.order}, "
-        f"{args.points} points, policy {policy.name}: {len(kernels)} kernels, "
+        f"{args.points} points{', whole array' if args.whole else ''}, "
+        f"policy {policy.name}: {len(kernels)} kernels, "
         f"{sum(kernels.values()):.0f} us per call in all\n"
     )
     print("| kernel | us per call | times per call |\n|---|---|---|")
