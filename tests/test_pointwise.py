@@ -196,3 +196,45 @@ def test_narrow_passes_past_high_order_keep_whole_arrays_longer(small_chunks, em
     want = _per_point(damped_wave, K, x64, jnp.ones_like(x64))
     scale = np.max(np.abs(want), axis=1, keepdims=True)
     assert np.max(np.abs(got - want) / scale) < 1e-5
+
+
+def _long_chain(t):
+    return jnp.sin(jnp.sqrt(1.5 + jnp.tanh(jnp.log1p(t * t))))
+
+
+def test_wide_kernels_count_passes_that_read_many_kept_values():
+    # Kernels reading 16 or more kept values: many in a pass of long recurrences, few in
+    # a short one (the CPU policy routes a whole array over points from 8).
+    from taylax import _point_chunks
+
+    def program(f):
+        fn = lambda t: taylax.derivatives(f, 16)(t, 1.0)  # noqa: E731
+        return _point_chunks.PointProgram(fn, [jax.ShapeDtypeStruct((), jnp.float64)])
+
+    least = taylax.CPU.elementwise_by_points_min_wide_kernels
+    assert _point_chunks.wide_kernels(program(_long_chain), 16) >= least
+    assert _point_chunks.wide_kernels(program(damped_wave), 16) < least
+    assert _point_chunks.wide_kernels(program(_long_chain), 10**6) == 0
+
+
+def test_wide_kernels_run_over_points_below_the_bytes(small_chunks, emission):
+    # Below the policy's bytes, a float64 pass of many wide kernels still runs over points
+    # (over a whole array each operand is a pass over memory); a short pass, float32 and
+    # the field at None keep the whole-array pass.
+    x = jnp.linspace(0.5, 1.5, 64)
+    ones = jnp.ones_like(x)
+    below = {**small_chunks, "elementwise_by_points_min_bytes": 1 << 40}
+    emission(**below)
+    d = taylax.derivatives(_long_chain, 16)
+    assert "scan" in _primitives(d, x, ones)
+    got = np.asarray(jax.jit(d)(x, ones))
+    assert "scan" not in _primitives(taylax.derivatives(damped_wave, 16), x, ones)
+    x32 = x.astype(jnp.float32)
+    assert "scan" not in _primitives(d, x32, jnp.ones_like(x32))
+    emission(**{**below, "elementwise_by_points_min_wide_kernels": 10**6})
+    assert "scan" not in _primitives(d, x, ones)
+    emission(**{**below, "elementwise_by_points_min_wide_kernels": None})
+    assert "scan" not in _primitives(d, x, ones)
+    want = np.asarray(jax.jit(d)(x, ones))
+    scale = np.max(np.abs(want), axis=1, keepdims=True)
+    assert np.max(np.abs(got - want) / scale) < 1e-12

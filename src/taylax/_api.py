@@ -335,9 +335,10 @@ def _over_points(fun, order, x, v, kind, api, unit, closed):
     of its pass at one point over the flattened arrays, run in chunks of points
     (`taylax._pointwise`); None where `fun` is not elementwise, where its series are
     smaller than the policy's `elementwise_by_points_min_bytes` (its
-    `elementwise_by_points_narrow_min_bytes` for float32 past `high_order`), or where that `vmap`
-    would not run in chunks: there the whole-array pass, whose rows are contiguous, was as
-    fast or faster (docs/EMISSION.md, "Whole arrays")."""
+    `elementwise_by_points_narrow_min_bytes` for float32 past `high_order`) and have fewer
+    wide kernels than `elementwise_by_points_min_wide_kernels`, or where that `vmap` would
+    not run in chunks: there the whole-array pass, whose rows are contiguous, was as fast
+    or faster (docs/EMISSION.md, "Whole arrays")."""
     policy = _policy.current()
     x_leaves, v_leaves = jax.tree.leaves(x), jax.tree.leaves(v)
     itemsizes = [jnp.result_type(a).itemsize for a in x_leaves]
@@ -353,8 +354,30 @@ def _over_points(fun, order, x, v, kind, api, unit, closed):
         # from 12 MiB (docs/EMISSION.md, "Whole arrays").
         min_bytes = max(min_bytes, policy.elementwise_by_points_narrow_min_bytes)
     series_bytes = (order + 1) * sum(np.size(a) * i for a, i in zip(x_leaves, itemsizes))
-    if min_bytes is None or series_bytes < min_bytes:
+    by_bytes = min_bytes is not None and series_bytes >= min_bytes
+    # Fewer bytes, but many kernels that each read many kept values: over a whole array
+    # each is a pass over memory, which the chunks keep in cache. Not float32, whose rows
+    # of half the bytes gained nothing (docs/EMISSION.md, "Whole arrays"). Asked only
+    # where a batch could be chunked.
+    min_wide = policy.elementwise_by_points_min_wide_kernels
+    by_kernels = (
+        not by_bytes
+        and min_bytes is not None
+        and min_wide is not None
+        and not _point_chunks.narrow(x_leaves)
+        and max((np.size(a) for a in x_leaves), default=0) >= 2 * policy.high_order_chunk_points
+    )
+    if not (by_bytes or by_kernels):
         return None
+    if by_kernels:
+        # Counted on the whole-array pass, traced as the call that runs it would trace it:
+        # `jax.jit` keeps that trace, so a call left whole traces nothing more.
+        whole, consts, _ = _flat_program(closed, fun, order, kind, unit, len(x_leaves))
+        args = [*consts, *x_leaves, *v_leaves]
+        avals = [jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)) for a in args]
+        program = _point_chunks.PointProgram(whole, avals)
+        if _point_chunks.wide_kernels(program, policy.wide_kernel_min_operands) < min_wide:
+            return None
     shape = _pointwise.points_shape(closed, x_leaves)
     if shape is None:
         return None

@@ -39,20 +39,29 @@ def _jaxprs_in(value: Any) -> Iterator[Jaxpr]:
             yield from _jaxprs_in(item)
 
 
+def iter_jaxprs(
+    jaxpr: ClosedJaxpr | Jaxpr, prune: Callable[[Any], bool] | None = None
+) -> Iterator[Jaxpr]:
+    """Yields a jaxpr and all its sub-jaxprs (see `equation_counts`), but not those
+    inside an equation for which `prune` (when given) holds."""
+    stack = [_as_jaxpr(jaxpr)]
+    while stack:
+        current = stack.pop()
+        yield current
+        for eqn in current.eqns:
+            if prune is not None and prune(eqn):
+                continue
+            for value in eqn.params.values():
+                stack.extend(_jaxprs_in(value))
+
+
 def iter_equations(
     jaxpr: ClosedJaxpr | Jaxpr, prune: Callable[[Any], bool] | None = None
 ) -> Iterator:
     """Yields every equation of a jaxpr and of all its sub-jaxprs (see `equation_counts`),
     but not those inside an equation for which `prune` (when given) holds."""
-    stack = [_as_jaxpr(jaxpr)]
-    while stack:
-        current = stack.pop()
-        for eqn in current.eqns:
-            yield eqn
-            if prune is not None and prune(eqn):
-                continue
-            for value in eqn.params.values():
-                stack.extend(_jaxprs_in(value))
+    for current in iter_jaxprs(jaxpr, prune):
+        yield from current.eqns
 
 
 def equation_counts(jaxpr: ClosedJaxpr | Jaxpr) -> collections.Counter[str]:

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _compat, _policy
-from ._count import iter_equations
+from ._count import iter_equations, iter_jaxprs
 from ._fallback import fallback_p
 from ._once import computed_once_p
 
@@ -104,6 +104,40 @@ def buffered_bytes(equations) -> tuple[int, int]:
             count += 2 if jnp.issubdtype(aval.dtype, jnp.complexfloating) else 1
             size += math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
     return count, size
+
+
+def wide_kernels(program: PointProgram, min_operands: int) -> int:
+    """How many kernels of a pass (at one point or over whole arrays: the count is the
+    same) read at least `min_operands` of the values it keeps in buffers (`computed_once`).
+
+    Each kept value and each output is one kernel: XLA fuses what lies between kept
+    values, so a kernel reads the kept values its computation reaches before another
+    one. Over a whole array each operand is a pass over memory; in chunks of points it
+    is in cache. (The float32 fallback's pass is left out, as in `_chunk_points`.)"""
+    count = 0
+    for jaxpr in iter_jaxprs(program.closed, prune=lambda e: e.primitive is fallback_p):
+        kept = {
+            e.outvars[0]
+            for e in jaxpr.eqns
+            if e.primitive is computed_once_p and e.params["kind"] == "once"
+        }
+        if not kept:
+            continue
+        # The kept values each variable's computation reads, in the jaxpr's order.
+        reads: dict = {}
+        for eqn in jaxpr.eqns:
+            read = set()
+            for v in eqn.invars:
+                if isinstance(v, _compat.Literal):
+                    continue
+                read |= {v} if v in kept else reads.get(v, frozenset())
+            for out in eqn.outvars:
+                reads[out] = frozenset(read)
+        for out in jaxpr.outvars:
+            if not isinstance(out, _compat.Literal) and out not in kept:
+                count += len(reads.get(out, ())) >= min_operands
+        count += sum(len(reads[v]) >= min_operands for v in kept)
+    return count
 
 
 def runs_in_chunks(points: int, program: PointProgram) -> bool:

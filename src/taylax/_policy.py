@@ -110,6 +110,10 @@ class EmissionPolicy:
       `elementwise_by_points_narrow_min_bytes`: the same threshold for a pass past
       `high_order` in a dtype of 4 bytes or fewer (float32), where the whole-array pass
       ran as fast as that `vmap` over more bytes; None: as the first.
+      `elementwise_by_points_min_wide_kernels`: below those bytes, such a call still runs
+      as that `vmap` where at least this many kernels of its pass each read
+      `wide_kernel_min_operands` or more of the values it keeps in buffers (passes over
+      memory that the chunks keep in cache); None: only by bytes.
 
     **Values computed once** (`taylax._once`): at orders up to
     `unmarked_any_size_max_order` no value batched by `jax.vmap` after the pass traced it
@@ -214,6 +218,8 @@ class EmissionPolicy:
     point_chunks: bool = True
     elementwise_by_points_min_bytes: int | None = 12 << 20
     elementwise_by_points_narrow_min_bytes: int | None = 32 << 20
+    elementwise_by_points_min_wide_kernels: int | None = 8
+    wide_kernel_min_operands: int = 16
     chunk_points: int = 1 << 16
     chunked_min_bytes: int = 32 << 20
     chunked_min_buffers: int = 8
@@ -358,6 +364,7 @@ GPU = EmissionPolicy(
     element_chunk=None,
     point_chunks=False,
     elementwise_by_points_min_bytes=None,
+    elementwise_by_points_min_wide_kernels=None,
     mark_values=False,
     blocked_directions=False,
     fallback_check_apart=True,
