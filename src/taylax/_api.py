@@ -365,7 +365,7 @@ def _over_points(fun, order, x, v, kind, api, unit, closed):
         and min_bytes is not None
         and min_wide is not None
         and not _point_chunks.narrow(x_leaves)
-        and max((np.size(a) for a in x_leaves), default=0) >= 2 * policy.high_order_chunk_points
+        and _point_chunks.may_run_in_chunks(max((np.size(a) for a in x_leaves), default=0))
     )
     if not (by_bytes or by_kernels):
         return None

@@ -93,13 +93,24 @@ _NAMED_AXIS_PRIMITIVES = frozenset(
 )
 
 
+def _keeps(eqn) -> bool:
+    """Whether `eqn` keeps its value in a buffer (a `computed_once` mark, not a shield)."""
+    return eqn.primitive is computed_once_p and eqn.params["kind"] == "once"
+
+
+def _is_fallback(eqn) -> bool:
+    """Whether `eqn` is the float32 fallback's unscaled pass (not counted: see
+    `_chunk_points`)."""
+    return eqn.primitive is fallback_p
+
+
 def buffered_bytes(equations) -> tuple[int, int]:
     """How many real values a pass keeps in buffers (`computed_once`), and their bytes per
     point, from its equations (`taylax._count.iter_equations`). A complex buffer counts as
     two: real `sin` and `cos` share one, `exp(i x)` (`_transcendental.sin_cos`)."""
     count, size = 0, 0
     for eqn in equations:
-        if eqn.primitive is computed_once_p and eqn.params["kind"] == "once":
+        if _keeps(eqn):
             aval = eqn.outvars[0].aval
             count += 2 if jnp.issubdtype(aval.dtype, jnp.complexfloating) else 1
             size += math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
@@ -115,12 +126,8 @@ def wide_kernels(program: PointProgram, min_operands: int) -> int:
     one. Over a whole array each operand is a pass over memory; in chunks of points it
     is in cache. (The float32 fallback's pass is left out, as in `_chunk_points`.)"""
     count = 0
-    for jaxpr in iter_jaxprs(program.closed, prune=lambda e: e.primitive is fallback_p):
-        kept = {
-            e.outvars[0]
-            for e in jaxpr.eqns
-            if e.primitive is computed_once_p and e.params["kind"] == "once"
-        }
+    for jaxpr in iter_jaxprs(program.closed, prune=_is_fallback):
+        kept = {e.outvars[0] for e in jaxpr.eqns if _keeps(e)}
         if not kept:
             continue
         # The kept values each variable's computation reads, in the jaxpr's order.
@@ -140,6 +147,14 @@ def wide_kernels(program: PointProgram, min_operands: int) -> int:
     return count
 
 
+def may_run_in_chunks(points: int) -> bool:
+    """Whether a `vmap` over `points` points can run in chunks at all under the policy in
+    force (`point_chunks`, and at least two of the smallest chunks), before looking at
+    its pass."""
+    p = _policy.current()
+    return p.point_chunks and points >= 2 * p.high_order_chunk_points
+
+
 def runs_in_chunks(points: int, program: PointProgram) -> bool:
     """Whether a `vmap` of `program` over `points` points runs in chunks of points."""
     return _chunk_points(points, program) is not None
@@ -150,12 +165,12 @@ def _chunk_points(points: int, program: PointProgram) -> tuple[int, bool] | None
     or None for one vmap."""
     # What chunks save is XLA:CPU's (page faults, cache): the policy says where they pay.
     p = _policy.current()
-    if not p.point_chunks or points < 2 * p.high_order_chunk_points:
+    if not may_run_in_chunks(points):
         return None
     # The float32 fallback's unscaled pass runs only where the stretched pass overflowed,
     # after its buffers are dead: counted, it doubled the buffers and chunked passes
     # that one vmap runs faster (docs/EMISSION.md, "float32 past order 12").
-    equations = list(iter_equations(program.closed, prune=lambda e: e.primitive is fallback_p))
+    equations = list(iter_equations(program.closed, prune=_is_fallback))
     if any(e.primitive.name in _NAMED_AXIS_PRIMITIVES for e in equations):
         return None
     orders = [e.params["pass_order"] for e in equations if e.primitive is computed_once_p]

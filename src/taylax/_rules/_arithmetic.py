@@ -342,7 +342,7 @@ def _power_series(c, p, y0, order: int, integer_exponent: bool = False):
     # The conditional's output is a buffer whose rows are read as cheaply as the
     # recurrence's were: readers that ask for rows (a product) keep taking them
     # (docs/EMISSION.md, "Rows of a rare side").
-    return _series.with_known_rows(out, [out[k] for k in range(out.shape[0])])
+    return _series.with_known_rows(out, _series.rows_of(out, out.shape[0]))
 
 
 @register_rule(lax.pow_p)
