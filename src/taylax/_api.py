@@ -369,6 +369,9 @@ def _over_points(fun, order, x, v, kind, api, unit, closed):
     )
     if not (by_bytes or by_kernels):
         return None
+    shape = _pointwise.points_shape(closed, x_leaves)
+    if shape is None:
+        return None
     if by_kernels:
         # Counted on the whole-array pass, traced as the call that runs it would trace it:
         # `jax.jit` keeps that trace, so a call left whole traces nothing more.
@@ -378,9 +381,6 @@ def _over_points(fun, order, x, v, kind, api, unit, closed):
         program = _point_chunks.PointProgram(whole, avals)
         if _point_chunks.wide_kernels(program, policy.wide_kernel_min_operands) < min_wide:
             return None
-    shape = _pointwise.points_shape(closed, x_leaves)
-    if shape is None:
-        return None
     point_x = _pointwise.point_avals(x)
     point_closed, _ = trace_leaves(fun, (point_x,), api)
     if not _pointwise.same_computation(closed, point_closed, shape):
