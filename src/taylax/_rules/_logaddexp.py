@@ -55,7 +55,7 @@ def logaddexp(order: int, x1: Series, x2: Series, base="e") -> Series | None:
         return None
     primal = jnp.logaddexp if base == "e" else jnp.logaddexp2
     ln_base = 1.0 if base == "e" else math.log(2.0)
-    y0 = primal(jnp.asarray(x1.primal, dtype), jnp.asarray(x2.primal, dtype))
+    y0 = _series.once(primal(jnp.asarray(x1.primal, dtype), jnp.asarray(x2.primal, dtype)))
     shape = jnp.shape(y0)
     low = order - 1
     c1, c2 = (_coeffs(x, shape, dtype) for x in (x1, x2))

@@ -64,7 +64,7 @@ def _log_series_of(c, y0, order: int):
 
 def _incomplete_gamma(prim, sign: float):
     def rule(order, a, x, **params):
-        y0 = prim.bind(a.primal, x.primal, **params)
+        y0 = _series.once(prim.bind(a.primal, x.primal, **params))
         a0, x0 = a.primal, x.primal
         # JAX: d/dx igamma(a, x) = exp(-x + (a - 1) log(x) - lgamma(a)).
         w0 = -x0 + (a0 - 1) * lax.log(x0) - lax.lgamma(a0)
@@ -96,7 +96,7 @@ def _regularized_incomplete_beta(order, a, b, x, **params):
         # JAX's jvp raises for these too.
         raise _derivative_only_in(lax.regularized_incomplete_beta_p, "x", "a` or `b")
     a0, b0, x0 = a.primal, b.primal, x.primal
-    y0 = lax.regularized_incomplete_beta_p.bind(a0, b0, x0, **params)
+    y0 = _series.once(lax.regularized_incomplete_beta_p.bind(a0, b0, x0, **params))
     # JAX: d/dx betainc(a, b, x) = exp((b - 1) log1p(-x) + (a - 1) log(x) - lbeta(a, b)).
     lbeta = lax.lgamma(a0) + lax.lgamma(b0) - lax.lgamma(a0 + b0)
     w0 = (b0 - 1) * lax.log1p(-x0) + (a0 - 1) * lax.log(x0) - lbeta

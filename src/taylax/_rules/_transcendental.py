@@ -131,15 +131,19 @@ def _expm1_general(order, x):
     return Series(_series.with_primal(y, lax.expm1(x.primal)))
 
 
-univariate(lax.exp_p, lambda x0, k, scale=1.0: _scaled([lax.exp(x0)], k, scale), _exp_general)
+univariate(
+    lax.exp_p, lambda x0, k, scale=1.0: _scaled([_series.once(lax.exp(x0))], k, scale), _exp_general
+)
 univariate(
     lax.exp2_p,
-    lambda x0, k, scale=1.0: _scaled([lax.exp2(x0)], k, scale * math.log(2.0)),
+    lambda x0, k, scale=1.0: _scaled([_series.once(lax.exp2(x0))], k, scale * math.log(2.0)),
     _exp2_general,
 )
 univariate(
     lax.expm1_p,
-    lambda x0, k, scale=1.0: _series.with_primal(_scaled([lax.exp(x0)], k, scale), lax.expm1(x0)),
+    lambda x0, k, scale=1.0: _series.with_primal(
+        _scaled([_series.once(lax.exp(x0))], k, scale), _series.once(lax.expm1(x0))
+    ),
     _expm1_general,
 )
 
@@ -173,7 +177,9 @@ def _pair(kind: str, index: int):
     matrix = [[0, 1], [-1, 0]] if kind == "trig" else [[0, 1], [1, 0]]
 
     def first_second(x0):
-        return sin_cos(x0) if kind == "trig" else (lax.sinh(x0), lax.cosh(x0))
+        if kind == "trig":
+            return sin_cos(x0)
+        return _series.once(lax.sinh(x0)), _series.once(lax.cosh(x0))
 
     def general(order, x):
         ys = _series.linear_ode(x.coeffs, list(first_second(x.primal)), matrix, order)
@@ -329,7 +335,7 @@ register_rule(lax.logistic_p)(_logistic)
 def _log_line(shift_one: bool):
     def line(x0, order, scale=1.0):
         base = 1 + x0 if shift_one else x0
-        primal = lax.log1p(x0) if shift_one else lax.log(x0)
+        primal = _series.once(lax.log1p(x0) if shift_one else lax.log(x0))
         ms = _series.orders(order, jnp.ndim(x0), x0.dtype)
         # (scale / base)^k, not base^-k times scale^k: each may leave the range alone.
         powers = _series.powers(1 / base if scale == 1.0 else scale / base, order)[1:]
@@ -341,7 +347,7 @@ def _log_line(shift_one: bool):
 
 
 def _log_general(order, x):
-    return Series(log_series(x.coeffs, lax.log(x.primal), order))
+    return Series(log_series(x.coeffs, _series.once(lax.log(x.primal)), order))
 
 
 def _log1p_general(order, x):
@@ -352,7 +358,7 @@ def _log1p_general(order, x):
         _series.leading_rows(_series.with_primal(c, 1 + x.primal), order),
         order - 1,
     )
-    return Series(_series.integrate(g, lax.log1p(x.primal), order))
+    return Series(_series.integrate(g, _series.once(lax.log1p(x.primal)), order))
 
 
 univariate(lax.log_p, _log_line(False), _log_general)
@@ -404,7 +410,7 @@ def _rsqrt_of(w, order: int):
 
 def _inverse_trig(prim, sign_one, sign_sq, kind, scale=1.0):
     def rule(order, x, **params):
-        y0 = prim.bind(x.primal, **params)
+        y0 = _series.once(prim.bind(x.primal, **params))
         if order == 0:
             return Series.constant(y0)
         c = _series.leading_rows(x.coeffs, order)
@@ -436,7 +442,7 @@ def _acosh(order, x, **params):
     too; 0.11's is right). Near x = 1 the product also keeps the digits that `x^2 - 1`
     cancels.
     """
-    y0 = lax.acosh_p.bind(x.primal, **params)
+    y0 = _series.once(lax.acosh_p.bind(x.primal, **params))
     if order == 0:
         return Series.constant(y0)
     c = _series.leading_rows(x.coeffs, order)
@@ -451,7 +457,7 @@ def _atan2(order, y, x, **params):
     own degree and rows: along a line (`atan2(t, 1 + t^2)`) the products and the
     division sum a few terms per coefficient, where arguments padded to full degree
     summed k, and stacks under `vmap` became (points, K) buffers."""
-    z0 = lax.atan2(y.primal, x.primal)
+    z0 = _series.once(lax.atan2(y.primal, x.primal))
     ndim = len(jnp.shape(z0))
     cy = _series.leading_rows(_series.lift(y.coeffs, ndim), order + 1)
     cx = _series.leading_rows(_series.lift(x.coeffs, ndim), order + 1)
@@ -469,12 +475,14 @@ def _atan2(order, y, x, **params):
 
 def _erf_like(prim, sign):
     def rule(order, x, **params):
-        y0 = prim.bind(x.primal, **params)
+        y0 = _series.once(prim.bind(x.primal, **params))
         if order == 0:
             return Series.constant(y0)
         c = _series.leading_rows(x.coeffs, order)
         z = _series.scaled_series(_series.cauchy(c, c, order - 1), -1.0)
-        (e,) = _series.linear_ode(z, [lax.exp(-x.primal * x.primal)], [[1]], order - 1)
+        (e,) = _series.linear_ode(
+            z, [_series.once(lax.exp(-x.primal * x.primal))], [[1]], order - 1
+        )
         return integral(x, (sign * 2 / math.sqrt(math.pi)) * e, y0, order)
 
     register_rule(prim)(over_element_chunks(rule))

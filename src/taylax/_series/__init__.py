@@ -53,7 +53,12 @@ from ._lines import (
     times_number as times_number,
     unit_seed as unit_seed,
 )
-from ._marks import computed_once as computed_once, opaque_one as opaque_one, shielded as shielded
+from ._marks import (
+    computed_once as computed_once,
+    once as once,
+    opaque_one as opaque_one,
+    shielded as shielded,
+)
 from ._miller import erfcx_coeffs as erfcx_coeffs
 from ._products import (
     cauchy as cauchy,

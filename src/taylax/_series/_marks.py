@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _once
+from .. import _once, _policy
 from .._pass import one_kernel_pass, pass_order
 from ._coeffs import Array, real_dtype
 from ._identity import ArrayMarks
@@ -43,6 +43,36 @@ def computed_once(value: Array, one: Array) -> Array:
     one = one.astype(jnp.result_type(value))
     out = _once.mark(value, one, kind="once", pass_order=pass_order())
     return _ONCE.mark(out)
+
+
+def once(value: Array) -> Array:
+    """`value` marked `computed_once`, with an `opaque_one` of its own.
+
+    For a rule's transcendental values: the primal `exp x0`, `log x0`, `asinh x0`...
+    XLA counts them expensive and copies them into no second kernel. But every row of the
+    rule's output reads the primal, and so does every row of every later product. Fused
+    into the one kernel that writes a short pass's output stack, the value was computed
+    once per row: that kernel evaluates each element from its own row's expression, and
+    under `jax.vmap` it does so in scalar code. `exp(t) log1p(t^2)` at K = 8 ran 4x jet's
+    time (docs/EMISSION.md, "Transcendental values computed once").
+
+    Marked only past the policy's `unmarked_any_size_max_order` and up to its
+    `primal_once_max_order` (None: never). At the lowest orders a pass under `vmap`
+    lowers its marks as the values themselves but counted them as buffers when choosing
+    chunks of points, and a whole-array logsumexp at K = 2 ran up to 1.2x slower marked.
+    Past 8 on the CPU XLA:CPU fuses no stack of the output's rows: each row is a kernel of
+    its own that computes the value vectorized, and a buffer for it measured 0-15%
+    slower at K = 16. Complex values stay unmarked, as complex sin and cos do
+    (`_rules._transcendental.sin_cos`): the mark divides, and a complex division by 1
+    need not keep an infinite value's parts.
+    """
+    order, policy = pass_order(), _policy.current()
+    most = policy.primal_once_max_order
+    if most is None or jnp.iscomplexobj(value) or _once.unmarked_at_any_size(order, policy):
+        return value
+    if order is not None and order > most:
+        return value
+    return computed_once(value, opaque_one(value))
 
 
 # Outputs of `computed_once`.

@@ -1,0 +1,126 @@
+"""A rule's transcendental values are computed once: no row of a pass's output reaches
+them except through a `taylax_computed_once` mark (`taylax._series.once`).
+
+Every row of a product reads its factors' primals, so an unmarked `exp x0` was computed
+once per output row in the kernel that writes the output (under `jax.vmap`, in scalar
+code: docs/EMISSION.md, "Transcendental values computed once")."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import taylax
+from reference import assert_series_close, nested_jvp_derivatives
+from taylax import _compat
+
+pytestmark = pytest.mark.usefixtures("cpu_policy")
+
+ORDER = taylax.CPU.one_kernel_max_order + 2  # past the one-kernel passes, which mark nothing
+
+# Primitives XLA:CPU evaluates as calls of their own (not one instruction).
+TRANSCENDENTAL = frozenset(
+    "exp exp2 expm1 log log1p sinh cosh asinh acosh atanh atan asin acos atan2 erf erfc".split()
+)
+
+FUNCTIONS = {
+    "exp": jnp.exp,
+    "exp2": jnp.exp2,
+    "expm1": jnp.expm1,
+    "log": lambda t: jnp.log(2 + t),
+    "log1p": jnp.log1p,
+    "log1p of a square": lambda t: jnp.log1p(t * t),
+    "sinh": jnp.sinh,
+    "cosh": jnp.cosh,
+    "asinh": jnp.arcsinh,
+    "acosh": lambda t: jnp.arccosh(2 + t),
+    "atanh": lambda t: jnp.arctanh(0.5 * t),
+    "atan": jnp.arctan,
+    "asin": lambda t: jnp.arcsin(0.5 * t),
+    "atan2": lambda t: jnp.arctan2(t, 2 + t),
+    "erf": jax.scipy.special.erf,
+    "softplus": jax.nn.softplus,
+    "sinh of a sine": lambda t: jnp.sinh(jnp.sin(t)),
+}
+
+
+def _pass_jaxpr(f, order):
+    """The jaxpr of `derivatives(f, order)`'s pass at a scalar: inside the `jit` and the
+    overflow rule's `custom_jvp_call` that wrap it."""
+    jaxpr = jax.make_jaxpr(taylax.derivatives(f, order))(0.3).jaxpr
+    while len(jaxpr.eqns) == 1:
+        inner = [p for p in jaxpr.eqns[0].params.values() if _compat.is_jaxpr(p)]
+        if not inner:
+            break
+        jaxpr = _compat.open_jaxpr(inner[0])
+    return jaxpr
+
+
+def _primitives(jaxpr) -> set[str]:
+    """Every primitive of `jaxpr`, into its sub-jaxprs."""
+    names = set()
+    for eqn in jaxpr.eqns:
+        names.add(eqn.primitive.name)
+        for sub in _compat.jaxprs_in_params(eqn.params):
+            names |= _primitives(_compat.open_jaxpr(sub))
+    return names
+
+
+# Their bodies are computations of their own: XLA fuses nothing of them into a reader.
+CONTROL_FLOW = frozenset({"cond", "while", "scan"})
+
+
+def _reached_unmarked(jaxpr) -> set[str]:
+    """The primitives the outputs reach through no `taylax_computed_once` equation, into
+    inlined calls (`jit`, `custom_jvp_call`), not into control flow."""
+    producer = {v: e for e in jaxpr.eqns for v in e.outvars}
+    reached, seen = set(), set()
+    stack = [v for v in jaxpr.outvars if not isinstance(v, _compat.Literal)]
+    while stack:
+        eqn = producer.get(stack.pop())
+        if eqn is None or id(eqn) in seen:
+            continue
+        seen.add(id(eqn))
+        if eqn.primitive.name == "taylax_computed_once":
+            continue
+        reached.add(eqn.primitive.name)
+        if eqn.primitive.name not in CONTROL_FLOW:
+            for sub in _compat.jaxprs_in_params(eqn.params):
+                reached |= _reached_unmarked(_compat.open_jaxpr(sub))
+        stack.extend(v for v in eqn.invars if not isinstance(v, _compat.Literal))
+    return reached
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_products_read_transcendental_values_through_marks(name):
+    g = FUNCTIONS[name]
+    jaxpr = _pass_jaxpr(lambda t: g(t) * jnp.cos(t), ORDER)
+    assert "taylax_computed_once" in _primitives(jaxpr)
+    assert not _reached_unmarked(jaxpr) & TRANSCENDENTAL
+
+
+@pytest.mark.parametrize(
+    "policy, order",
+    [
+        (dataclasses.replace(taylax.CPU, primal_once_max_order=None), ORDER),
+        (taylax.CPU, taylax.CPU.primal_once_max_order + 1),
+        (taylax.CPU, taylax.CPU.unmarked_any_size_max_order),
+    ],
+    ids=["field None", "past the field", "lowest orders"],
+)
+def test_unmarked_transcendental_values_are_seen(policy, order):
+    # The check itself, and where the marks stop: without them every row reads `exp`.
+    with taylax.emission_policy(policy):
+        jaxpr = _pass_jaxpr(lambda t: jnp.exp(t) * jnp.cos(t), order)
+    assert "exp" in _reached_unmarked(jaxpr)
+
+
+def test_marked_passes_agree_with_nested_jvp():
+    # Marks are the identity: the rule tables over orders 0..6 check every rule's values;
+    # this checks a product of two marked factors under `vmap`.
+    f = lambda t: jnp.exp(t) * jnp.log1p(t * t)  # noqa: E731
+    t = jnp.linspace(-0.8, 0.8, 7)
+    got = jax.jit(jax.vmap(taylax.derivatives(f, ORDER)))(t)
+    want = nested_jvp_derivatives(f, t, jnp.ones_like(t), ORDER)
+    assert_series_close(got.T, want, rtol=1e-12)
