@@ -9,6 +9,8 @@ Cases (`--cases`):
 * `chain:NAME:K:DTYPE:FORM`: `derivatives(f, K)` of a chain of `gpu_check.py` over `--n`
   points, `FORM` `whole` (the array along ones) or `vmap` (per point); steady state is the
   minimum over 5 rounds of 10 calls back to back (ms), first call = lower + compile + run.
+* `product:G:K:DTYPE:FORM`: the same for `g(t) cos(t)`, `g` a key of
+  `primal_products.FUNCTIONS` (`exp`, `log1p`, `cosh`, ...).
 * `rk4:K`: the unrolled RK4 of `bench_large.py` (20 steps, scalar), first call and steady
   state.
 
@@ -44,11 +46,17 @@ def _worker(case: str, n: int) -> dict:
 
     sys.path.insert(0, str(HERE))
     kind, *rest = case.split(":")
-    if kind == "chain":
-        from gpu_check import CHAINS
-
+    if kind in ("chain", "product"):
         name, order, dtype, form = rest
-        f, order = CHAINS[name], int(order)
+        if kind == "chain":
+            from gpu_check import CHAINS
+
+            f = CHAINS[name]
+        else:
+            from primal_products import FUNCTIONS, product_with_cosine
+
+            f = product_with_cosine(FUNCTIONS[name])
+        order = int(order)
         args = (jnp.linspace(-0.9, 0.9, n, dtype=dtype),)
         if form == "whole":
 
@@ -65,7 +73,7 @@ def _worker(case: str, n: int) -> dict:
         def fn(y):
             return taylax.derivatives(rk4_unrolled, order)(y)
     else:
-        raise SystemExit(f"unknown case kind {kind!r}: use chain:... or rk4:K")
+        raise SystemExit(f"unknown case kind {kind!r}: use chain:..., product:... or rk4:K")
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     jax.block_until_ready(compiled(*args))

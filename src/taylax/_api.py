@@ -32,7 +32,9 @@ from ._series import (
     mark_buffer_rows,
     pad_degree,
     stack_rows,
+    stack_rows_as,
     times_exact,
+    times_number,
     unit_seed,
 )
 
@@ -99,7 +101,16 @@ def _to_derivatives(c, order: int, scale: float, exact: bool = False, first: int
     by the exact rationals (`k!` may be past the dtype's range) instead of rounded
     constants."""
     if scale == 1.0 and not exact:
-        return c * factorials(order, c.ndim - 1, c.dtype)[first:].astype(c.dtype)
+        factors = factorials(order, 0, c.dtype)[first:].astype(c.dtype)
+        rows = known_rows(c)
+        if rows is not None:
+            # Row by row, each times its factorial as a number: a stack times a constant
+            # vector reads that vector per element under `vmap` ((points, K + 1), the
+            # points leading), and LLVM then left the kernel that writes the output
+            # unvectorized (docs/EMISSION.md, "Output kernels under vmap").
+            rows = [times_number(r, f) for r, f in zip(rows, factors)]
+            return stack_rows_as(rows, jnp.shape(c)[1:], c.dtype)
+        return c * factors.reshape((-1,) + (1,) * (c.ndim - 1))
     return times_exact(c, DerivativeFactors(order, scale, first).values())
 
 

@@ -288,8 +288,17 @@ def _integer_pow(order, x, *, y):
 def _root_line_coeffs(p, x0, y0, order: int):
     """`binom(p, k) y0 / x0^k`: defined wherever the root is (cbrt of a negative number)."""
     shape, dtype = jnp.shape(x0), jnp.result_type(x0)
+    powers = _series.powers(x0, order, sign=-1)
+    rows = _series.known_rows(powers)
+    if rows is not None:
+        # Row by row, each times its binomial as a number (as `_log_line` does, and why).
+        js = np.arange(order)
+        binom = np.cumprod(np.concatenate([[1.0], (p - js) / (js + 1)]))  # as `binomials`
+        return _series.stack_rows_as(
+            [_series.times_number(r, b) * y0 for r, b in zip(rows, binom)], shape, dtype
+        )
     binom = _series.binomials(p, order, shape, dtype)
-    return binom * _series.powers(x0, order, sign=-1) * y0[None]
+    return binom * powers * y0[None]
 
 
 def _root(prim, p):

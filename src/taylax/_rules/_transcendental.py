@@ -155,10 +155,13 @@ def sin_cos(x0):
     reads them, and a Taylor rule reads them once per coefficient: the copies cost more
     than the rest of the arithmetic. `_series.computed_once` makes XLA compute them once.
 
-    Both come from one marked `exp(i x0) = cos x0 + i sin x0`: in one expression LLVM
+    Both come from one marked complex value `cos x0 + i sin x0`: in one expression LLVM
     evaluates them with one `sincos`, at little more than the cost of one, and one kernel
-    writes both (docs/EMISSION.md, "Values computed once"). XLA's complex `exp` of a purely
-    imaginary argument is its real `cos` and `sin`, bit for bit (`exp(0)` is exactly 1).
+    writes both (docs/EMISSION.md, "Values computed once"). It is built from `cos` and
+    `sin` themselves, not as `exp(i x0)`: where the mark is lowered as the value (low
+    orders under `vmap`), XLA's complex `exp` left a select on `x0 == 0` in the sine that
+    kept LLVM from vectorizing the kernel that writes the output: `cosh(t) cos(t)` at
+    K = 2 ran 3.4x slower (docs/EMISSION.md, "Output kernels under vmap").
     A pass that compiles into one kernel (`_series.one_kernel_pass`) needs no mark: there
     LLVM vectorizes `sin` and `cos` across points and evaluates each once.
     """
@@ -169,7 +172,7 @@ def sin_cos(x0):
     one = _series.opaque_one(x0)
     if jnp.result_type(x0) not in (np.float32, np.float64):  # no complex type of their own
         return _series.computed_once(lax.sin(x0), one), _series.computed_once(lax.cos(x0), one)
-    cis = _series.computed_once(lax.exp(lax.complex(jnp.zeros_like(x0), x0)), one)
+    cis = _series.computed_once(lax.complex(lax.cos(x0), lax.sin(x0)), one)
     return lax.imag(cis), lax.real(cis)
 
 
@@ -336,11 +339,18 @@ def _log_line(shift_one: bool):
     def line(x0, order, scale=1.0):
         base = 1 + x0 if shift_one else x0
         primal = _series.once(lax.log1p(x0) if shift_one else lax.log(x0))
-        ms = _series.orders(order, jnp.ndim(x0), x0.dtype)
         # (scale / base)^k, not base^-k times scale^k: each may leave the range alone.
-        powers = _series.powers(1 / base if scale == 1.0 else scale / base, order)[1:]
+        powers = _series.powers(1 / base if scale == 1.0 else scale / base, order)
+        rows = _series.known_rows(powers)
+        if rows is not None:
+            # Row by row, each over its order as a number: as a stack times constant
+            # vectors it was a (points, K) buffer under `vmap`, read per element by the
+            # kernel that writes the output (docs/EMISSION.md, "Output kernels under vmap").
+            rest = [(r if m % 2 else -r) / m if m > 1 else r for m, r in enumerate(rows)]
+            return _series.stack_rows([primal] + rest[1:])
+        ms = _series.orders(order, jnp.ndim(x0), x0.dtype)
         signs = jnp.where(ms[1:] % 2 == 1, 1.0, -1.0).astype(x0.dtype)
-        rest = signs * powers / ms[1:]
+        rest = signs * powers[1:] / ms[1:]
         return lax.concatenate([jnp.asarray(primal)[None], rest], 0)
 
     return line
