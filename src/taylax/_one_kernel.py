@@ -5,8 +5,8 @@ stack, and XLA:CPU computes it in one loop over points that evaluates all `K + 1
 of a point together. Where that loop holds only products, sums and `sin`/`cos` of the
 primal, LLVM vectorizes it across points and evaluates each `sin` and `cos` once per
 point, as it does for nested `jax.jvp`. Such a pass needs no value marked
-`computed_once`: a mark would cost a buffer, a second kernel, and one `exp(i x)` in
-place of the vectorized pair. With an exponential, a division or `cosh` in it the same
+`computed_once`: a mark would cost a buffer, a second kernel, and one complex
+`cos x + i sin x` in place of the vectorized pair. With an exponential, a division or `cosh` in it the same
 one kernel is not vectorized, and is slower than the marked pass: those passes keep
 their marks (docs/EMISSION.md, "Values computed once").
 """

@@ -107,7 +107,7 @@ def _is_fallback(eqn) -> bool:
 def buffered_bytes(equations) -> tuple[int, int]:
     """How many real values a pass keeps in buffers (`computed_once`), and their bytes per
     point, from its equations (`taylax._count.iter_equations`). A complex buffer counts as
-    two: real `sin` and `cos` share one, `exp(i x)` (`_transcendental.sin_cos`)."""
+    two: real `sin` and `cos` share one, `cos x + i sin x` (`_transcendental.sin_cos`)."""
     count, size = 0, 0
     for eqn in equations:
         if _keeps(eqn):
