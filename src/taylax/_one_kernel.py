@@ -6,9 +6,10 @@ of a point together. Where that loop holds only products, sums and `sin`/`cos` o
 primal, LLVM vectorizes it across points and evaluates each `sin` and `cos` once per
 point, as it does for nested `jax.jvp`. Such a pass needs no value marked
 `computed_once`: a mark would cost a buffer, a second kernel, and one complex
-`cos x + i sin x` in place of the vectorized pair. With an exponential, a division or `cosh` in it the same
-one kernel is not vectorized, and is slower than the marked pass: those passes keep
-their marks (docs/EMISSION.md, "Values computed once").
+`cos x + i sin x` in place of the vectorized pair. With an exponential, a division or
+`cosh` in it the same one kernel was not vectorized, and was slower than the marked pass:
+those passes keep their marks (docs/EMISSION.md, "Values computed once"; measured
+before the output kernel lost its constant vectors, "Output kernels under vmap").
 """
 
 from __future__ import annotations
