@@ -292,8 +292,7 @@ def _root_line_coeffs(p, x0, y0, order: int):
     rows = _series.known_rows(powers)
     if rows is not None:
         # Row by row, each times its binomial as a number (as `_log_line` does, and why).
-        js = np.arange(order)
-        binom = np.cumprod(np.concatenate([[1.0], (p - js) / (js + 1)]))  # as `binomials`
+        binom = _series.binomial_numbers(p, order)
         return _series.stack_rows_as(
             [_series.times_number(r, b) * y0 for r, b in zip(rows, binom)], shape, dtype
         )

@@ -346,8 +346,8 @@ def _log_line(shift_one: bool):
             # Row by row, each over its order as a number: as a stack times constant
             # vectors it was a (points, K) buffer under `vmap`, read per element by the
             # kernel that writes the output (docs/EMISSION.md, "Output kernels under vmap").
-            rest = [(r if m % 2 else -r) / m if m > 1 else r for m, r in enumerate(rows)]
-            return _series.stack_rows([primal] + rest[1:])
+            rest = [(r if m % 2 else -r) / m if m > 1 else r for m, r in enumerate(rows[1:], 1)]
+            return _series.stack_rows([primal] + rest)
         ms = _series.orders(order, jnp.ndim(x0), x0.dtype)
         signs = jnp.where(ms[1:] % 2 == 1, 1.0, -1.0).astype(x0.dtype)
         rest = signs * powers[1:] / ms[1:]

@@ -11,6 +11,7 @@ itself is `taylax._pass`.
 from ._coeffs import (
     Array as Array,
     as_real as as_real,
+    binomial_numbers as binomial_numbers,
     binomials as binomials,
     check_order_for_dtype as check_order_for_dtype,
     conv_at as conv_at,

@@ -190,6 +190,14 @@ def times_powers(d: Array, scale) -> Array:
     return times_exact(d, [base**k for k in range(d.shape[0])])
 
 
+def binomial_numbers(p, order: int) -> np.ndarray:
+    """`binom(p, m)` for m = 0..order (the leading axis) and a concrete `p` (a number or a
+    NumPy array), as the running product of `(p - j) / (j + 1)` in NumPy (`binomials`)."""
+    p = np.asarray(p)
+    js = np.arange(order).reshape((order,) + (1,) * p.ndim)
+    return np.cumprod(np.concatenate([np.ones((1,) + p.shape), (p[None] - js) / (js + 1)]), 0)
+
+
 def binomials(p, order: int, shape, dtype) -> Array:
     """`binom(p, m)` for m = 0..order as a product of ratios `(p - j) / (j + 1)`: the
     falling factorial over `m!` would overflow both (float32 past m = 34) for a value
@@ -199,10 +207,7 @@ def binomials(p, order: int, shape, dtype) -> Array:
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
         concrete = None  # a tracer: compute it in the program
     if concrete is not None:
-        js = np.arange(order).reshape((order,) + (1,) * concrete.ndim)
-        out = np.cumprod(
-            np.concatenate([np.ones((1,) + concrete.shape), (concrete[None] - js) / (js + 1)]), 0
-        )
+        out = binomial_numbers(concrete, order)
         out = out.reshape((order + 1,) + (1,) * (len(shape) - concrete.ndim) + concrete.shape)
         return jnp.broadcast_to(jnp.asarray(out, dtype), (order + 1,) + tuple(shape))
     js = np.arange(order, dtype=real_dtype(dtype)).reshape((order,) + (1,) * len(shape))

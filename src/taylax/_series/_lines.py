@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._coeffs import Array, binomials, degree_of, orders, times_powers
+from ._coeffs import Array, binomial_numbers, binomials, degree_of, orders, times_powers
 from ._identity import ArrayMarks
 from ._marks import computed_once, opaque_one
 from ._rows import known_rows, leading_rows, rows_wanted, stack_rows_as
@@ -264,12 +264,9 @@ def exp_like_power_coeffs(p, x0: Array, order: int) -> Array:
     if real_p is not None and jnp.issubdtype(dtype, np.floating):
         # One `pow` and products instead of one `pow` per coefficient.
         x0 = jnp.broadcast_to(jnp.asarray(x0, dtype), shape)
-        rows = list(known_rows(real_exponent_powers(x0, real_p, order)))
-        binomial = 1.0
-        for m in range(order + 1):
-            rows[m] = times_number(rows[m], binomial)
-            binomial *= (real_p - m) / (m + 1)
-        return stack_rows_as(rows, shape, dtype)
+        rows = known_rows(real_exponent_powers(x0, real_p, order))
+        binom = binomial_numbers(real_p, order)
+        return stack_rows_as([times_number(r, b) for r, b in zip(rows, binom)], shape, dtype)
     binom = binomials(p, order, shape, dtype)
     steps = jnp.broadcast_to(jnp.asarray(p, dtype), shape)[None] - orders(order, len(shape), dtype)
     base = jnp.broadcast_to(x0, steps.shape).astype(dtype)
