@@ -121,6 +121,8 @@ class EmissionPolicy:
     than `unbatched_unmarked_min_bytes` (None: never); up to `unmarked_max_order`, values
     of at least `unmarked_min_bytes` are not. `mark_values=False` never marks.
     `one_kernel_max_order`: scalar polynomial/trig passes up to this order keep no mark.
+    `one_kernel_of_polynomials`: such passes may also hold `exp`, `log`, `log1p` and
+    `sqrt` of polynomials and divisions by polynomials (`taylax._one_kernel`).
     `primal_once_max_order`: from past `unmarked_any_size_max_order` up to this order, a
     rule's transcendental values (the primal `exp x0`, `log x0`, `asinh x0`..., which
     every row of a product reads) are marked too (`taylax._series.once`); None: never.
@@ -238,6 +240,7 @@ class EmissionPolicy:
     unbatched_unmarked_min_bytes: int | None = 2 << 20
     unmarked_min_bytes: int = 1 << 22
     one_kernel_max_order: int = 4
+    one_kernel_of_polynomials: bool = True
     primal_once_max_order: int | None = 8
     pair_dots_max_degree: int = 8
     pair_dots_min_work: int = 1 << 15
@@ -371,6 +374,7 @@ GPU = EmissionPolicy(
     elementwise_by_points_min_wide_kernels=None,
     mark_values=False,
     primal_once_max_order=None,
+    one_kernel_of_polynomials=False,
     blocked_directions=False,
     fallback_check_apart=True,
     fallback_in_loop=False,
