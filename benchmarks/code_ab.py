@@ -6,9 +6,10 @@ temporary git worktree), `--processes` times each; the medians are printed.
 
 Cases (`--cases`):
 
-* `chain:NAME:K:DTYPE:FORM`: `derivatives(f, K)` of a chain of `gpu_check.py` over `--n`
-  points, `FORM` `whole` (the array along ones) or `vmap` (per point); steady state is the
-  minimum over 5 rounds of 10 calls back to back (ms), first call = lower + compile + run.
+* `chain:NAME:K:DTYPE:FORM`: `derivatives(f, K)` of a chain of `untuned_chains.py`
+  (`gpu_check.py`'s among them) or `bench_batched.py` over `--n` points, `FORM` `whole`
+  (the array along ones) or `vmap` (per point); steady state is the minimum over 5 rounds
+  of 10 calls back to back (ms), first call = lower + compile + run.
 * `product:G:K:DTYPE:FORM`: the same for `g(t) cos(t)`, `g` a key of
   `primal_products.FUNCTIONS` (`exp`, `log1p`, `cosh`, ...).
 * `rk4:K`: the unrolled RK4 of `bench_large.py` (20 steps, scalar), first call and steady
@@ -49,9 +50,10 @@ def _worker(case: str, n: int) -> dict:
     if kind in ("chain", "product"):
         name, order, dtype, form = rest
         if kind == "chain":
-            from gpu_check import CHAINS
+            from bench_batched import CHAINS as BATCHED
+            from untuned_chains import CHAINS
 
-            f = CHAINS[name]
+            f = CHAINS[name] if name in CHAINS else BATCHED[name][0]
         else:
             from primal_products import FUNCTIONS, product_with_cosine
 

@@ -47,11 +47,30 @@ def half_powers(t):
     return jnp.sin(t) * (1.2 + t * t) ** -1.5 + (2.0 + jnp.cos(t)) ** 2.5
 
 
+def gaussian_sine(t):
+    """A Gaussian envelope: `exp` of a polynomial times a sine (docs/EMISSION.md, "One
+    kernel with exponentials, logarithms and divisions")."""
+    return jnp.exp(-t * t) * jnp.sin(3 * t)
+
+
+def sqrt_sine(t):
+    """`sqrt` of a polynomial times a sine."""
+    return jnp.sqrt(1 + t * t) * jnp.sin(t)
+
+
+def cosine_over_line(t):
+    """A division by a polynomial (a pole at `t = 1.2`)."""
+    return jnp.cos(t) / (1.2 - t)
+
+
 CHAINS = {
     **GPU_CHAINS,
     "sin-sqrt-tanh-log1p": chain_c,
     "cos-exp-div-pow": chain_d,
     "half-powers": half_powers,
+    "gaussian-sine": gaussian_sine,
+    "sqrt-sine": sqrt_sine,
+    "cosine-over-line": cosine_over_line,
 }
 RESULTS = Path(__file__).resolve().parent / "results" / "untuned_chains.md"
 
