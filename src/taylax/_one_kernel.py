@@ -36,7 +36,7 @@ _OF_POLYNOMIALS = frozenset({"exp", "log", "log1p", "sqrt"})
 _CALLS = frozenset({"jit", "pjit", "closed_call"})
 
 
-def fits_one_kernel(jaxpr: _compat.Jaxpr, order: int) -> bool:
+def fits_one_kernel(jaxpr: _compat.Jaxpr, order: int, of_polynomials: bool = True) -> bool:
     """Whether a `derivatives` pass of `order` over `jaxpr` compiles into one kernel.
 
     True for a function from scalars to one real scalar built from sums, products,
@@ -44,8 +44,9 @@ def fits_one_kernel(jaxpr: _compat.Jaxpr, order: int) -> bool:
     the policy's `one_kernel_max_order` (on XLA:CPU a stack of at most
     `fused_concat_max_operands` rows is one fused concatenate, and past
     `unmarked_max_order` passes mark every value they keep). Under the policy's
-    `one_kernel_of_polynomials`, also with `exp`, `log`, `log1p` and `sqrt` of
-    polynomials in the inputs and divisions by such polynomials.
+    `one_kernel_of_polynomials`, and unless `of_polynomials` is False, also with `exp`,
+    `log`, `log1p` and `sqrt` of polynomials in the inputs and divisions by such
+    polynomials.
     """
     policy = _policy.for_pass(jaxpr, order)
     if not 1 <= order <= policy.one_kernel_max_order or len(jaxpr.outvars) != 1:
@@ -57,7 +58,7 @@ def fits_one_kernel(jaxpr: _compat.Jaxpr, order: int) -> bool:
     if any(_shape(v) != () for v in variables):
         return False
     polynomial = {v: True for v in [*jaxpr.invars, *jaxpr.constvars]}
-    return _fits(jaxpr, polynomial, policy.one_kernel_of_polynomials)
+    return _fits(jaxpr, polynomial, of_polynomials and policy.one_kernel_of_polynomials)
 
 
 def _shape(v):
