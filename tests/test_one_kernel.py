@@ -57,6 +57,7 @@ MARKED = {
     "exp of an inner jit's sin": lambda t: jnp.exp(jax.jit(jnp.sin)(t)),
     "exp of sin / 2": lambda t: jnp.exp(jnp.sin(t) / 2),
     "exp of a quotient by t": lambda t: jnp.exp(t / (1 + t * t)),
+    "exp of a negative power": lambda t: jnp.exp((2 + t) ** -2),
 }
 
 

@@ -90,7 +90,9 @@ def _fits(jaxpr: _compat.Jaxpr, polynomial: dict, of_polynomials: bool) -> bool:
                 )
             continue
         if name in _POLYNOMIAL:
-            polynomial[eqn.outvars[0]] = all(is_polynomial(v) for v in eqn.invars)
+            # `t ** -2` joins the kernel as before, but is a quotient, not a polynomial.
+            reciprocal = name == "integer_pow" and eqn.params["y"] < 0
+            polynomial[eqn.outvars[0]] = not reciprocal and all(map(is_polynomial, eqn.invars))
         elif name in _TRIG:
             polynomial[eqn.outvars[0]] = False
         elif of_polynomials and name in _OF_POLYNOMIALS and is_polynomial(eqn.invars[0]):
