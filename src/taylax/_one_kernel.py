@@ -65,12 +65,17 @@ def _shape(v):
     return getattr(v.aval, "shape", None)
 
 
+def _is_polynomial(v, polynomial: dict) -> bool:
+    """Whether `v` is a number or a variable `polynomial` records as a polynomial."""
+    return isinstance(v, _compat.Literal) or polynomial.get(v, False)
+
+
 def _fits(jaxpr: _compat.Jaxpr, polynomial: dict, of_polynomials: bool) -> bool:
     """Whether every equation of `jaxpr` (and of the calls in it) may join the one kernel,
     recording in `polynomial` which scalar variables are polynomials in the inputs."""
 
     def is_polynomial(v) -> bool:
-        return isinstance(v, _compat.Literal) or polynomial.get(v, False)
+        return _is_polynomial(v, polynomial)
 
     for eqn in jaxpr.eqns:
         if any(_shape(v) != () for v in eqn.outvars):
@@ -85,9 +90,7 @@ def _fits(jaxpr: _compat.Jaxpr, polynomial: dict, of_polynomials: bool) -> bool:
             if not _fits(inner, inner_polynomial, of_polynomials):
                 return False
             for v, inner_v in zip(eqn.outvars, inner.outvars):
-                polynomial[v] = isinstance(inner_v, _compat.Literal) or inner_polynomial.get(
-                    inner_v, False
-                )
+                polynomial[v] = _is_polynomial(inner_v, inner_polynomial)
             continue
         if name in _POLYNOMIAL:
             # `t ** -2` joins the kernel as before, but is a quotient, not a polynomial.
