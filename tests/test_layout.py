@@ -346,6 +346,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("taylax._rules",),
     # What users call: taylor/derivatives/jet, derivative/jacfwd, operators, coverage.
     (
+        "taylax._outputs",
         "taylax._api",
         "taylax._derivative",
         "taylax._emitted",

@@ -23,48 +23,25 @@ from ._count import count_equations
 from ._fallback import DerivativeFactors, overflow_safe, with_unscaled_fallback
 from ._interpret import eval_jaxpr_series
 from ._one_kernel import fits_one_kernel
+from ._outputs import (
+    long_pass_rows,
+    materialized_rows,
+    output_pair,
+    output_pairs,
+    output_stack,
+    to_derivatives,
+)
 from ._programs import cached_program, check_inexact, check_order, trace_leaves
 from ._series import (
     Series,
     check_order_for_dtype,
     derivative_scale,
     factorials,
-    known_rows,
     mark_buffer_rows,
-    pad_degree,
     stack_rows,
-    stack_rows_as,
     times_exact,
-    times_number,
     unit_seed,
 )
-
-
-def _output(o: Series, aval, order: int):
-    """(primal, coefficients 1..order) of an output series, shaped and typed like `aval`.
-
-    A constant output (a Python number, an integer or boolean value) has zero coefficients
-    of its own dtype: its derivatives are zero, as `jax.jacfwd` gives for integer outputs.
-    """
-    primal = jnp.broadcast_to(jnp.asarray(o.primal, aval.dtype), aval.shape)
-    if o.is_constant or not jnp.issubdtype(aval.dtype, jnp.inexact):
-        return primal, jnp.zeros((order, *aval.shape), aval.dtype)
-    return primal, pad_degree(o.coeffs, order)[1:]
-
-
-def _output_stack(o: Series, aval, order: int):
-    """Coefficients 0..order of an output series as one `(order + 1, *aval.shape)` array.
-
-    The primal stays the row it is in the pass instead of being split off and
-    concatenated back: under `jax.vmap` the coefficient axis leads and the batch axis
-    follows, and a concatenate of a primal batched at 0 with coefficients batched at 1
-    transposes the coefficients first (docs/EMISSION.md, "Rows").
-    """
-    if o.is_constant or not jnp.issubdtype(aval.dtype, jnp.inexact):
-        primal, coeffs = _output(o, aval, order)
-        return lax.concatenate([primal[None], coeffs], 0)
-    c = pad_degree(o.coeffs, order).astype(aval.dtype)
-    return jnp.broadcast_to(c, (order + 1, *aval.shape))
 
 
 def _pass_scale(order: int, leaves) -> float:
@@ -96,64 +73,12 @@ def _seeds(primals, directions, order: int, unit: bool = False, scale: float = 1
     return series
 
 
-def _to_derivatives(c, order: int, scale: float, exact: bool = False, first: int = 1):
-    """`k! c_k / scale^k` for the stacked coefficients `c_first..c_K` of a pass along
-    `scale` times the direction: the derivatives along the direction. `exact` multiplies
-    by the exact rationals (`k!` may be past the dtype's range) instead of rounded
-    constants."""
-    if scale == 1.0 and not exact:
-        factors = factorials(order, 0, c.dtype)[first:].astype(c.dtype)
-        rows = known_rows(c)
-        if rows is not None:
-            # Row by row, each times its factorial as a number: a stack times a constant
-            # vector reads that vector per element under `vmap` ((points, K + 1), the
-            # points leading), and LLVM then left the kernel that writes the output
-            # unvectorized (docs/EMISSION.md, "Output kernels under vmap").
-            rows = [times_number(r, f) for r, f in zip(rows, factors)]
-            return stack_rows_as(rows, jnp.shape(c)[1:], c.dtype)
-        return c * factors.reshape((-1,) + (1,) * (c.ndim - 1))
-    return times_exact(c, DerivativeFactors(order, scale, first).values())
-
-
 def _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order: int, unit: bool, scale: float):
     """(primals, coefficients 1..order) of one pass along `scale` times the direction."""
     seeds = _seeds(x_leaves, v_leaves, order, unit, scale)
     outs, long = _eval_pass(jaxpr, consts, seeds, order)
-    pairs = _output_pairs(outs, jaxpr, order, long)
+    pairs = output_pairs(outs, jaxpr, order, long)
     return [p for p, _ in pairs], [c for _, c in pairs]
-
-
-def _materialized_rows(o: Series, aval, order: int, pad_to: int | None = None):
-    """Coefficients 0..order of an output, each row computed into a buffer of its own (an
-    optimization barrier) and then stacked (the policy's `output_rows_apart_min_order`);
-    None where the rows are not known (`known_rows`) and nothing is padded.
-
-    With `pad_to` (a long pass, the policy's `output_rows_apart_min_equations`) the rows
-    are read off the output's stack where they are not known, and go behind the barrier
-    as one flat concatenate padded with constant elements to `pad_to` operands, sliced
-    and reshaped after it: XLA:CPU drops the barrier before fusion but fuses no
-    concatenate of more than `fused_concat_max_operands` operands, so each row stays a
-    kernel of its own. Fused with the stack, the rows' shared expressions were
-    recomputed once per row (docs/EMISSION.md, "Output rows on the CPU")."""
-    rows = None if o.is_constant else known_rows(o.coeffs)
-    if rows is None:
-        if pad_to is None or o.is_constant:
-            return None
-        stack = _output_stack(o, aval, order)
-        rows = [stack[k] for k in range(order + 1)]
-    rows = [
-        jnp.zeros(aval.shape, aval.dtype) if k >= len(rows) else rows[k] for k in range(order + 1)
-    ]
-    rows = [jnp.broadcast_to(jnp.asarray(r, aval.dtype), aval.shape) for r in rows]
-    if pad_to is None:
-        return jnp.stack(lax.optimization_barrier(rows))
-    # One flat concatenate, padded with single elements: padding rows of the output's
-    # shape cost a whole array's traffic each on large arrays. Distinct constants: equal
-    # ones became one `pad` in XLA's simplifier, and the stack was fused again.
-    size = math.prod(aval.shape)
-    padding = [jnp.full((1,), k + 2, aval.dtype) for k in range(pad_to - len(rows))]
-    flat = lax.optimization_barrier(jnp.concatenate([r.reshape(-1) for r in rows] + padding))
-    return flat[: (order + 1) * size].reshape(order + 1, *aval.shape)
 
 
 def _long_pass(jaxpr, order: int) -> bool:
@@ -165,7 +90,7 @@ def _long_pass(jaxpr, order: int) -> bool:
 
 def _eval_pass(jaxpr, consts, seeds, order: int, one_kernel: bool | None = None):
     """`(eval_jaxpr_series(...), long)`: a long pass (`_long_pass`) runs without fusion
-    cuts, as its output rows become kernels of their own (`_output_pairs`); with cuts
+    cuts, as its output rows become kernels of their own (`output_pairs`); with cuts
     XLA:CPU recomputed each cut's rows in a kernel per stack (docs/EMISSION.md)."""
     policy = _policy.current()
     long = _long_pass(jaxpr, order)
@@ -173,29 +98,11 @@ def _eval_pass(jaxpr, consts, seeds, order: int, one_kernel: bool | None = None)
         return eval_jaxpr_series(jaxpr, consts, seeds, order, one_kernel), long
 
 
-def _long_pass_rows(o: Series, aval, order: int):
-    """Coefficients 0..order of a long pass's output, each row a kernel of its own: the
-    padded concatenate of `_materialized_rows`, one operand more than XLA:CPU fuses."""
-    return _materialized_rows(o, aval, order, _policy.current().fused_concat_max_operands + 1)
-
-
-def _output_pairs(outs, jaxpr, order: int, long: bool) -> list:
-    """`_output` of each output series; a long pass's inexact outputs with their rows
-    computed apart and padded (`_long_pass_rows`)."""
-    pairs = []
-    for o, v in zip(outs, jaxpr.outvars):
-        rows = None
-        if long and jnp.issubdtype(v.aval.dtype, jnp.inexact):
-            rows = _long_pass_rows(o, v.aval, order)
-        pairs.append(_output(o, v.aval, order) if rows is None else (rows[0], rows[1:]))
-    return pairs
-
-
 def _derivatives_pass(
     jaxpr, consts, x_leaves, v_leaves, order, unit, scale, exact=False, finish=True, whole=False
 ):
     """Derivatives 0..order of each output, stacked along a leading axis, from one pass
-    along `scale` times the direction (`_to_derivatives` on every row: `0!` is 1). With
+    along `scale` times the direction (`to_derivatives` on every row: `0!` is 1). With
     `finish=False` the stacks stay coefficients: the caller multiplies them by
     `DerivativeFactors(order, scale, 0)`.
 
@@ -204,7 +111,7 @@ def _derivatives_pass(
     1.2x faster there (docs/EMISSION.md, "One kernel with exponentials, logarithms...")."""
 
     def done(c):
-        return _to_derivatives(c, order, scale, exact, first=0) if finish else c
+        return to_derivatives(c, order, scale, exact, first=0) if finish else c
 
     seeds = _seeds(x_leaves, v_leaves, order, unit, scale)
     one_kernel = fits_one_kernel(jaxpr, order, of_polynomials=not whole)
@@ -216,20 +123,20 @@ def _derivatives_pass(
         apart = policy.output_rows_apart_min_order
         rows = None
         if inexact and long:
-            rows = _long_pass_rows(o, v.aval, order)
+            rows = long_pass_rows(o, v.aval, order)
         elif inexact and apart is not None and order >= apart:
-            rows = _materialized_rows(o, v.aval, order)
+            rows = materialized_rows(o, v.aval, order)
         if rows is not None:
             stacks.append(done(rows))
         # The pass's own stack up to the policy's order; past it, the rows concatenated.
         elif order <= policy.stacked_output_max_order:
-            c = _output_stack(o, v.aval, order)
+            c = output_stack(o, v.aval, order)
             stacks.append(done(c) if inexact else c)
         else:
             # Stacked first, then scaled (row 0 by `0! = 1`): one scaling of one stack,
             # where a concatenate of the primal and the scaled rows was slower on XLA:CPU
             # (docs/EMISSION.md, "float32 past order 12").
-            p, c = _output(o, v.aval, order)
+            p, c = output_pair(o, v.aval, order)
             c = lax.concatenate([p[None], c], 0)
             stacks.append(done(c) if inexact else c)
     return stacks
@@ -574,9 +481,9 @@ def _jet_pass(
         # order 12").
         series.append(Series(stack_rows([p, *rows])))
     outs, long = _eval_pass(jaxpr, consts, series, order)
-    pairs = _output_pairs(outs, jaxpr, order, long)
+    pairs = output_pairs(outs, jaxpr, order, long)
     coeffs = [
-        _to_derivatives(c, order, scale, exact)
+        to_derivatives(c, order, scale, exact)
         if finish and scale is not None and jnp.issubdtype(c.dtype, jnp.inexact)
         else c
         for _, c in pairs

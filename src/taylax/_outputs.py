@@ -1,0 +1,124 @@
+"""How a pass's output series become the arrays `taylor`, `derivatives` and `jet` return.
+
+Each output series is either split into its primal and its coefficients 1..K
+(`output_pair`, `taylor` and `jet`) or kept as one stack of coefficients 0..K
+(`output_stack`, `derivatives`), scaled into derivatives by `to_derivatives`. How the
+stack is formed decides the kernels XLA writes it with: a long pass computes each row
+into a buffer of its own (`long_pass_rows`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+from jax import lax
+
+from . import _policy
+from ._fallback import DerivativeFactors
+from ._series import (
+    Series,
+    factorials,
+    known_rows,
+    pad_degree,
+    stack_rows_as,
+    times_exact,
+    times_number,
+)
+
+
+def output_pair(o: Series, aval, order: int):
+    """(primal, coefficients 1..order) of an output series, shaped and typed like `aval`.
+
+    A constant output (a Python number, an integer or boolean value) has zero coefficients
+    of its own dtype: its derivatives are zero, as `jax.jacfwd` gives for integer outputs.
+    """
+    primal = jnp.broadcast_to(jnp.asarray(o.primal, aval.dtype), aval.shape)
+    if o.is_constant or not jnp.issubdtype(aval.dtype, jnp.inexact):
+        return primal, jnp.zeros((order, *aval.shape), aval.dtype)
+    return primal, pad_degree(o.coeffs, order)[1:]
+
+
+def output_stack(o: Series, aval, order: int):
+    """Coefficients 0..order of an output series as one `(order + 1, *aval.shape)` array.
+
+    The primal stays the row it is in the pass instead of being split off and
+    concatenated back: under `jax.vmap` the coefficient axis leads and the batch axis
+    follows, and a concatenate of a primal batched at 0 with coefficients batched at 1
+    transposes the coefficients first (docs/EMISSION.md, "Rows").
+    """
+    if o.is_constant or not jnp.issubdtype(aval.dtype, jnp.inexact):
+        primal, coeffs = output_pair(o, aval, order)
+        return lax.concatenate([primal[None], coeffs], 0)
+    c = pad_degree(o.coeffs, order).astype(aval.dtype)
+    return jnp.broadcast_to(c, (order + 1, *aval.shape))
+
+
+def to_derivatives(c, order: int, scale: float, exact: bool = False, first: int = 1):
+    """`k! c_k / scale^k` for the stacked coefficients `c_first..c_K` of a pass along
+    `scale` times the direction: the derivatives along the direction. `exact` multiplies
+    by the exact rationals (`k!` may be past the dtype's range) instead of rounded
+    constants."""
+    if scale == 1.0 and not exact:
+        factors = factorials(order, 0, c.dtype)[first:].astype(c.dtype)
+        rows = known_rows(c)
+        if rows is not None:
+            # Row by row, each times its factorial as a number: a stack times a constant
+            # vector reads that vector per element under `vmap` ((points, K + 1), the
+            # points leading), and LLVM then left the kernel that writes the output
+            # unvectorized (docs/EMISSION.md, "Output kernels under vmap").
+            rows = [times_number(r, f) for r, f in zip(rows, factors)]
+            return stack_rows_as(rows, jnp.shape(c)[1:], c.dtype)
+        return c * factors.reshape((-1,) + (1,) * (c.ndim - 1))
+    return times_exact(c, DerivativeFactors(order, scale, first).values())
+
+
+def materialized_rows(o: Series, aval, order: int, pad_to: int | None = None):
+    """Coefficients 0..order of an output, each row computed into a buffer of its own (an
+    optimization barrier) and then stacked (the policy's `output_rows_apart_min_order`);
+    None where the rows are not known (`known_rows`) and nothing is padded.
+
+    With `pad_to` (a long pass, the policy's `output_rows_apart_min_equations`) the rows
+    are read off the output's stack where they are not known, and go behind the barrier
+    as one flat concatenate padded with constant elements to `pad_to` operands, sliced
+    and reshaped after it: XLA:CPU drops the barrier before fusion but fuses no
+    concatenate of more than `fused_concat_max_operands` operands, so each row stays a
+    kernel of its own. Fused with the stack, the rows' shared expressions were
+    recomputed once per row (docs/EMISSION.md, "Output rows on the CPU")."""
+    rows = None if o.is_constant else known_rows(o.coeffs)
+    if rows is None:
+        if pad_to is None or o.is_constant:
+            return None
+        stack = output_stack(o, aval, order)
+        rows = [stack[k] for k in range(order + 1)]
+    rows = [
+        jnp.zeros(aval.shape, aval.dtype) if k >= len(rows) else rows[k] for k in range(order + 1)
+    ]
+    rows = [jnp.broadcast_to(jnp.asarray(r, aval.dtype), aval.shape) for r in rows]
+    if pad_to is None:
+        return jnp.stack(lax.optimization_barrier(rows))
+    # One flat concatenate, padded with single elements: padding rows of the output's
+    # shape cost a whole array's traffic each on large arrays. Distinct constants: equal
+    # ones became one `pad` in XLA's simplifier, and the stack was fused again.
+    size = math.prod(aval.shape)
+    padding = [jnp.full((1,), k + 2, aval.dtype) for k in range(pad_to - len(rows))]
+    flat = lax.optimization_barrier(jnp.concatenate([r.reshape(-1) for r in rows] + padding))
+    return flat[: (order + 1) * size].reshape(order + 1, *aval.shape)
+
+
+def long_pass_rows(o: Series, aval, order: int):
+    """Coefficients 0..order of a long pass's output, each row a kernel of its own: the
+    padded concatenate of `materialized_rows`, one operand more than XLA:CPU fuses."""
+    return materialized_rows(o, aval, order, _policy.current().fused_concat_max_operands + 1)
+
+
+def output_pairs(outs, jaxpr, order: int, long: bool) -> list:
+    """`output_pair` of each output series; a long pass's inexact outputs with their rows
+    computed apart and padded (`long_pass_rows`)."""
+    pairs = []
+    for o, v in zip(outs, jaxpr.outvars):
+        rows = None
+        if long and jnp.issubdtype(v.aval.dtype, jnp.inexact):
+            rows = long_pass_rows(o, v.aval, order)
+        pairs.append(output_pair(o, v.aval, order) if rows is None else (rows[0], rows[1:]))
+    return pairs
