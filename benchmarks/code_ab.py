@@ -8,7 +8,9 @@ Cases (`--cases`):
 
 * `chain:NAME:K:DTYPE:FORM`: `derivatives(f, K)` of a chain of `untuned_chains.py`
   (`gpu_check.py`'s among them) or `bench_batched.py` over `--n` points, `FORM` `whole`
-  (the array along ones) or `vmap` (per point); steady state is the minimum over 5 rounds
+  (the array along ones), `vmap` (per point), `taylor` (`taylax.taylor` per point, under
+  `vmap`: the primal and the coefficients) or `taylor-whole` (`taylax.taylor` of the
+  array); steady state is the minimum over 5 rounds
   of 10 calls back to back (ms), first call = lower + compile + run.
 * `product:G:K:DTYPE:FORM`: the same for `g(t) cos(t)`, `g` a key of
   `primal_products.FUNCTIONS` (`exp`, `log1p`, `cosh`, ...).
@@ -64,8 +66,17 @@ def _worker(case: str, n: int) -> dict:
 
             def fn(t):
                 return taylax.derivatives(f, order)(t, jnp.ones_like(t))
-        else:
+        elif form == "taylor":
+            # `taylax.taylor` per point: two outputs, the primal and the coefficients.
+            fn = jax.vmap(lambda t: taylax.taylor(f, order)(t, jnp.ones_like(t)))
+        elif form == "taylor-whole":
+
+            def fn(t):
+                return taylax.taylor(f, order)(t, jnp.ones_like(t))
+        elif form == "vmap":
             fn = jax.vmap(taylax.derivatives(f, order))
+        else:
+            raise SystemExit(f"unknown form {form!r}: use whole, vmap, taylor or taylor-whole")
     elif kind == "rk4":
         from bench_large import rk4_unrolled
 

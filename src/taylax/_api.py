@@ -73,11 +73,15 @@ def _seeds(primals, directions, order: int, unit: bool = False, scale: float = 1
     return series
 
 
-def _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order: int, unit: bool, scale: float):
-    """(primals, coefficients 1..order) of one pass along `scale` times the direction."""
-    seeds = _seeds(x_leaves, v_leaves, order, unit, scale)
-    outs, long = _eval_pass(jaxpr, consts, seeds, order)
-    pairs = output_pairs(outs, jaxpr, order, long)
+def _taylor_pass(jaxpr, consts, x_leaves, v_leaves, order: int, unit: bool, whole: bool):
+    """(primals, coefficients 1..order) of one pass along the direction: the pass of
+    `derivatives` (its one kernel, `whole` as there), with the coefficients of a scalar
+    output selected row by row (`selected_rows`) except at a point of a whole-array call,
+    whose `vmap` puts the points last."""
+    seeds = _seeds(x_leaves, v_leaves, order, unit)
+    one_kernel = fits_one_kernel(jaxpr, order, of_polynomials=not whole)
+    outs, long = _eval_pass(jaxpr, consts, seeds, order, one_kernel)
+    pairs = output_pairs(outs, jaxpr, order, long, select=not whole)
     return [p for p, _ in pairs], [c for _, c in pairs]
 
 
@@ -182,11 +186,11 @@ def _safe_pairs(run: Callable, ops, order: int) -> tuple[list, list]:
     return flat[:n], flat[n:]
 
 
-def _taylor_program(order: int, unit: bool = False):
+def _taylor_program(order: int, unit: bool = False, whole: bool = False):
     def make(jaxpr):
         def program(consts, x_leaves, v_leaves):
             return _safe_pairs(
-                lambda ops: _taylor_pass(jaxpr, *ops, order, unit, 1.0),
+                lambda ops: _taylor_pass(jaxpr, *ops, order, unit, whole),
                 (list(consts), list(x_leaves), list(v_leaves)),
                 order,
             )
@@ -223,9 +227,10 @@ def _derivatives_program(order: int, unit: bool = False, whole: bool = False):
 def _flat_program(closed, fun, order: int, kind: str, unit: bool, num_x: int, whole=False):
     """The cached `kind` program for `closed` as a function of flat arrays (constants, then
     `x`'s and `v`'s leaves) returning a list, its constants, and a box that holds its
-    result's tree once it has been traced. `whole`: `_derivatives_pass`'s."""
+    result's tree once it has been traced. `whole`: the pass at one point of a whole-array
+    call (`_over_points`)."""
     if kind == "taylor":
-        make = _taylor_program(order, unit)  # a Taylor pass keeps no one kernel
+        make = _taylor_program(order, unit, whole)
     else:
         make = _derivatives_program(order, unit, whole)
     # What a recompilation's diagnostic shows (order and options): `whole` only when set.

@@ -37,7 +37,8 @@ _CALLS = frozenset({"jit", "pjit", "closed_call"})
 
 
 def fits_one_kernel(jaxpr: _compat.Jaxpr, order: int, of_polynomials: bool = True) -> bool:
-    """Whether a `derivatives` pass of `order` over `jaxpr` compiles into one kernel.
+    """Whether a `derivatives` (or `taylor`) pass of `order` over `jaxpr` compiles into one
+    kernel.
 
     True for a function from scalars to one real scalar built from sums, products,
     integer powers, `sin` and `cos` (through nested `jax.jit` too), at orders 1 to

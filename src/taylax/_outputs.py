@@ -4,7 +4,8 @@ Each output series is either split into its primal and its coefficients 1..K
 (`output_pair`, `taylor` and `jet`) or kept as one stack of coefficients 0..K
 (`output_stack`, `derivatives`), scaled into derivatives by `to_derivatives`. How the
 stack is formed decides the kernels XLA writes it with: a long pass computes each row
-into a buffer of its own (`long_pass_rows`).
+into a buffer of its own (`long_pass_rows`), and on the CPU the coefficients of a scalar
+output under `jax.vmap` are selected row by row (`selected_rows`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from . import _policy
@@ -24,19 +26,52 @@ from ._series import (
     stack_rows_as,
     times_exact,
     times_number,
+    with_known_rows,
 )
 
 
-def output_pair(o: Series, aval, order: int):
+def output_pair(o: Series, aval, order: int, select: bool = False):
     """(primal, coefficients 1..order) of an output series, shaped and typed like `aval`.
 
     A constant output (a Python number, an integer or boolean value) has zero coefficients
     of its own dtype: its derivatives are zero, as `jax.jacfwd` gives for integer outputs.
+    With `select` the coefficients of a scalar output are `selected_rows` where the
+    policy asks for them.
     """
     primal = jnp.broadcast_to(jnp.asarray(o.primal, aval.dtype), aval.shape)
     if o.is_constant or not jnp.issubdtype(aval.dtype, jnp.inexact):
         return primal, jnp.zeros((order, *aval.shape), aval.dtype)
+    if (
+        select
+        and aval.shape == ()
+        and 1 <= order <= (_policy.current().selected_rows_max_order or 0)
+    ):
+        rows = known_rows(o.coeffs)
+        if rows is not None and len(rows) == order + 1:
+            return primal, selected_rows(rows[1:], aval.dtype)
     return primal, pad_degree(o.coeffs, order)[1:]
+
+
+def selected_rows(rows: list, dtype) -> jnp.ndarray:
+    """`jnp.stack(rows)` of scalar rows as a chain of selects on the coefficient index,
+    remembering the rows (`known_rows`).
+
+    Under `jax.vmap` a stack of per-point scalars is a concatenate with the points minor,
+    transposed to `(points, K)`. XLA:CPU writes that transpose in one kernel with the rows'
+    expressions, a point's rows together (each `sin` once per point, vectorized over
+    points), only where the stack is the program's sole result. Beside another result
+    (`taylor`'s primal, or a user's `(f(x), d(x))`) the transposing copy is not fused:
+    the concatenate becomes a kernel of one loop per row, each recomputing what the rows
+    share (four vectorized `sin` calls where one did at K = 4), and a copy follows.
+    The selects are elementwise on the `(points, K)` array: one loop over points in any
+    program (docs/EMISSION.md, "Outputs beside other outputs").
+    """
+    rows = [jnp.asarray(r, dtype) for r in rows]
+    index = lax.iota(np.int32, len(rows))
+    out = jnp.broadcast_to(rows[0], (len(rows),))
+    for k, row in enumerate(rows[1:], 1):
+        out = jnp.where(index == k, row, out)
+    return with_known_rows(out, rows)
 
 
 def output_stack(o: Series, aval, order: int):
@@ -112,13 +147,13 @@ def long_pass_rows(o: Series, aval, order: int):
     return materialized_rows(o, aval, order, _policy.current().fused_concat_max_operands + 1)
 
 
-def output_pairs(outs, jaxpr, order: int, long: bool) -> list:
-    """`output_pair` of each output series; a long pass's inexact outputs with their rows
-    computed apart and padded (`long_pass_rows`)."""
+def output_pairs(outs, jaxpr, order: int, long: bool, select: bool = False) -> list:
+    """`output_pair` of each output series (with `select`); a long pass's inexact outputs
+    with their rows computed apart and padded (`long_pass_rows`)."""
     pairs = []
     for o, v in zip(outs, jaxpr.outvars):
         rows = None
         if long and jnp.issubdtype(v.aval.dtype, jnp.inexact):
             rows = long_pass_rows(o, v.aval, order)
-        pairs.append(output_pair(o, v.aval, order) if rows is None else (rows[0], rows[1:]))
+        pairs.append(output_pair(o, v.aval, order, select) if rows is None else (rows[0], rows[1:]))
     return pairs

@@ -1,0 +1,95 @@
+"""`taylax.taylor` per point under `jax.vmap`: the coefficients beside the primal.
+
+`taylor` returns two outputs. Under `vmap` a stack of a scalar output's coefficients is
+transposed to (points, K), and beside another output XLA:CPU did not fuse that transpose
+into the kernel of the rows: one loop per row, each recomputing what the rows share, then
+a copy (1.4-2x `derivatives`' time). Under the CPU policy the coefficients are selects
+over their rows (`taylax._outputs.selected_rows`), elementwise on the (points, K) array;
+the GPU policy keeps the stack (docs/EMISSION.md, "Outputs beside other outputs").
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import taylax
+from reference import assert_series_close, nested_jvp_derivatives
+
+FUNCTIONS = {
+    "sin-power": lambda t: 0.3 * jnp.sin(t) * t**10,
+    "gaussian-sine": lambda t: jnp.exp(-t * t) * jnp.sin(3 * t),
+    "quotient-tanh": lambda t: (
+        jnp.cos(t) ** 3 * jnp.exp(-t * t) / (2 + jnp.sin(t)) + jnp.tanh(t) ** 2
+    ),
+    "log1p-sqrt": lambda t: jnp.sqrt(1.5 + jnp.log1p(t * t)),
+}
+
+
+def _per_point(f, order):
+    return jax.vmap(lambda t: taylax.taylor(f, order)(t, jnp.ones_like(t)))
+
+
+def _lowered(f, order, dtype=jnp.float64) -> str:
+    t = jnp.linspace(-0.9, 0.9, 16, dtype=dtype)
+    return jax.jit(_per_point(f, order)).lower(t).as_text()
+
+
+@pytest.mark.parametrize("order", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_the_cpu_policy_selects_the_rows_without_a_transpose(name, order, cpu_policy):
+    text = _lowered(FUNCTIONS[name], order)
+    assert "stablehlo.transpose" not in text
+    if order > 1:
+        assert "stablehlo.select" in text
+
+
+def test_past_the_policy_s_order_the_coefficients_are_a_stack(emission):
+    emission(selected_rows_max_order=4)
+    assert "stablehlo.transpose" in _lowered(FUNCTIONS["sin-power"], 5)
+    assert "stablehlo.transpose" not in _lowered(FUNCTIONS["sin-power"], 4)
+
+
+def test_the_gpu_policy_keeps_the_stack():
+    # Each GPU thread computes one element: a select chain would compute every row there.
+    with taylax.emission_policy("gpu"):
+        text = _lowered(FUNCTIONS["sin-power"], 4)
+    assert "stablehlo.transpose" in text
+    assert "stablehlo.select" not in text
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_selected_coefficients_match_nested_jvp(name, dtype, cpu_policy):
+    f = FUNCTIONS[name]
+    t = jnp.linspace(-0.9, 0.9, 5).astype(dtype) + (0.1j if dtype == jnp.complex128 else 0)
+    for order in range(7):
+        primal, coeffs = jax.jit(_per_point(f, order))(t)
+        want = nested_jvp_derivatives(f, t, jnp.ones_like(t), order)
+        factorials = np.array([math.factorial(k) for k in range(order + 1)])
+        got = jnp.concatenate([primal[:, None], coeffs * factorials[1:]], 1)
+        assert got.dtype == want.dtype
+        assert_series_close(got.T, want, rtol=1e-12, context=f"{name} {dtype} at K = {order}")
+
+
+def test_taylor_and_derivatives_agree_past_the_one_kernel(cpu_policy):
+    f, t = FUNCTIONS["quotient-tanh"], jnp.linspace(-0.9, 0.9, 9)
+    for order in (8, 16):
+        primal, coeffs = jax.jit(_per_point(f, order))(t)
+        d = jax.vmap(taylax.derivatives(f, order))(t)
+        factorials = np.array([math.factorial(k) for k in range(1, order + 1)])
+        np.testing.assert_array_equal(primal, d[:, 0])
+        np.testing.assert_allclose(coeffs * factorials, d[:, 1:], rtol=1e-12, atol=1e-12)
+
+
+def test_a_scalar_call_and_a_pytree_output_keep_their_shapes(cpu_policy):
+    y, c = taylax.taylor(jnp.exp, 3)(0.0, 1.0)
+    np.testing.assert_allclose(c, [1.0, 0.5, 1 / 6], rtol=1e-15)
+    (s, d), (cs, cd) = jax.vmap(
+        lambda t: taylax.taylor(lambda x: (jnp.sin(x), 2 * x), 3)(t, jnp.ones_like(t))
+    )(jnp.linspace(0.0, 1.0, 4))
+    assert cs.shape == cd.shape == (4, 3)
+    np.testing.assert_allclose(cd, np.tile([2.0, 0.0, 0.0], (4, 1)))
+    np.testing.assert_allclose(cs[:, 0], jnp.cos(jnp.linspace(0.0, 1.0, 4)), rtol=1e-15)
