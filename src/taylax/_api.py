@@ -29,6 +29,7 @@ from ._outputs import (
     output_pair,
     output_pairs,
     output_stack,
+    selected_derivatives,
     to_derivatives,
 )
 from ._programs import cached_program, check_inexact, check_order, trace_leaves
@@ -132,10 +133,19 @@ def _derivatives_pass(
             rows = materialized_rows(o, v.aval, order)
         if rows is not None:
             stacks.append(done(rows))
-        # The pass's own stack up to the policy's order; past it, the rows concatenated.
+        # The pass's own stack up to the policy's order; past it, the rows selected or
+        # concatenated.
         elif order <= policy.stacked_output_max_order:
             c = output_stack(o, v.aval, order)
             stacks.append(done(c) if inexact else c)
+        elif (
+            inexact
+            and finish
+            and scale == 1.0
+            and not (exact or whole)
+            and ((selected := selected_derivatives(o, v.aval, order)) is not None)
+        ):
+            stacks.append(selected)
         else:
             # Stacked first, then scaled (row 0 by `0! = 1`): one scaling of one stack,
             # where a concatenate of the primal and the scaled rows was slower on XLA:CPU

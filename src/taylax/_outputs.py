@@ -5,7 +5,8 @@ Each output series is either split into its primal and its coefficients 1..K
 (`output_stack`, `derivatives`), scaled into derivatives by `to_derivatives`. How the
 stack is formed decides the kernels XLA writes it with: a long pass computes each row
 into a buffer of its own (`long_pass_rows`), and on the CPU the coefficients of a scalar
-output under `jax.vmap` are selected row by row (`selected_rows`).
+output under `jax.vmap` are selected row by row (`selected_rows`), as are the
+derivatives of one past `stacked_output_max_order` (`selected_derivatives`).
 """
 
 from __future__ import annotations
@@ -44,12 +45,38 @@ def output_pair(o: Series, aval, order: int, select: bool = False):
     if (
         select
         and aval.shape == ()
-        and 1 <= order <= (_policy.current().selected_rows_max_order or 0)
+        and 1 <= order <= (_policy.current().selected_coefficients_max_order or 0)
     ):
         rows = known_rows(o.coeffs)
         if rows is not None and len(rows) == order + 1:
             return primal, selected_rows(rows[1:], aval.dtype)
     return primal, pad_degree(o.coeffs, order)[1:]
+
+
+def selected_derivatives(o: Series, aval, order: int):
+    """Derivatives 0..order of a scalar output series as `selected_rows`, each row times its
+    factorial as a number, where the policy selects them at this order
+    (`stacked_output_max_order < order <= selected_derivatives_max_order`) and the rows
+    are known; else None.
+
+    Past `stacked_output_max_order` the stack of `derivatives` had been the primal and the
+    coefficients concatenated and scaled by a constant vector of factorials: under
+    `jax.vmap`, a kernel that wrote the `(points, K + 1)` output one row at a time and
+    computed there the last products of the rows (for cos-exp-div-tanh at K = 8 the
+    pass's largest kernel, 1,039 us per call summed over two threads; selected, 282).
+    Selected, the output is written a point at a time (docs/EMISSION.md, "Outputs beside
+    other outputs").
+    """
+    policy = _policy.current()
+    if aval.shape != () or not (
+        policy.stacked_output_max_order < order <= (policy.selected_derivatives_max_order or 0)
+    ):
+        return None
+    rows = None if o.is_constant else known_rows(o.coeffs)
+    if rows is None or len(rows) != order + 1:
+        return None
+    factors = factorials(order, 0, aval.dtype)
+    return selected_rows([times_number(r, f) for r, f in zip(rows, factors)], aval.dtype)
 
 
 def selected_rows(rows: list, dtype) -> jnp.ndarray:

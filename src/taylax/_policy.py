@@ -80,10 +80,12 @@ class EmissionPolicy:
       builds them.
     - `stacked_output_max_order`: `derivatives` returns the pass's own stack up to this
       order; past it, the primal and the coefficients concatenated.
-    - `selected_rows_max_order`: up to this order `taylor` returns the coefficients of a
-      scalar output as a chain of selects over their rows, which XLA:CPU computes in one
-      loop over points beside the primal (`taylax._outputs.selected_rows`); None: a
-      stack. On a GPU each element would compute every row.
+    - `selected_coefficients_max_order`: up to this order `taylor` returns the
+      coefficients of a scalar output as a chain of selects over their rows, which
+      XLA:CPU computes in one loop over points beside the primal
+      (`taylax._outputs.selected_rows`); None: a stack. On a GPU each element would
+      compute every row. `selected_derivatives_max_order`: the same for the stack of
+      `derivatives` past `stacked_output_max_order`, up to this order.
     - `output_rows_apart_min_order`: from this order `derivatives` computes each of an
       output's rows into a buffer of its own (an optimization barrier) before stacking
       them, where the rows are known; None never does. On
@@ -220,7 +222,8 @@ class EmissionPolicy:
     polynomial_rows_max_order: int = 1
     nested_rowless_max_elements: int | None = 16
     stacked_output_max_order: int = 4
-    selected_rows_max_order: int | None = 16
+    selected_coefficients_max_order: int | None = 16
+    selected_derivatives_max_order: int | None = 12
     output_rows_apart_min_order: int | None = None
     output_rows_apart_min_equations: int | None = 64
     scalar_products_as_dots: bool = False
@@ -373,7 +376,8 @@ GPU = EmissionPolicy(
     polynomial_rows_max_order=8,
     output_rows_apart_min_order=1,
     output_rows_apart_min_equations=None,
-    selected_rows_max_order=None,
+    selected_coefficients_max_order=None,
+    selected_derivatives_max_order=None,
     element_chunk=None,
     point_chunks=False,
     elementwise_by_points_min_bytes=None,

@@ -1,11 +1,12 @@
-"""`taylax.taylor` per point under `jax.vmap`: the coefficients beside the primal.
+"""Outputs of a scalar function per point under `jax.vmap`, selected row by row.
 
 `taylor` returns two outputs. Under `vmap` a stack of a scalar output's coefficients is
 transposed to (points, K), and beside another output XLA:CPU did not fuse that transpose
 into the kernel of the rows: one loop per row, each recomputing what the rows share, then
 a copy (1.4-2x `derivatives`' time). Under the CPU policy the coefficients are selects
-over their rows (`taylax._outputs.selected_rows`), elementwise on the (points, K) array;
-the GPU policy keeps the stack (docs/EMISSION.md, "Outputs beside other outputs").
+over their rows (`taylax._outputs.selected_rows`), elementwise on the (points, K) array,
+and so is the stack of `derivatives` past `stacked_output_max_order`; the GPU policy
+keeps the stacks (docs/EMISSION.md, "Outputs beside other outputs").
 """
 
 import math
@@ -47,9 +48,38 @@ def test_the_cpu_policy_selects_the_rows_without_a_transpose(name, order, cpu_po
 
 
 def test_past_the_policy_s_order_the_coefficients_are_a_stack(emission):
-    emission(selected_rows_max_order=4)
+    emission(selected_coefficients_max_order=4)
     assert "stablehlo.transpose" in _lowered(FUNCTIONS["sin-power"], 5)
     assert "stablehlo.transpose" not in _lowered(FUNCTIONS["sin-power"], 4)
+
+
+def _derivatives_lowered(f, order, shape=(16,)) -> str:
+    t = jnp.linspace(-0.9, 0.9, math.prod(shape)).reshape(shape)
+    if len(shape) == 1:
+        return jax.jit(jax.vmap(taylax.derivatives(f, order))).lower(t).as_text()
+    return jax.jit(lambda t: taylax.derivatives(f, order)(t, jnp.ones_like(t))).lower(t).as_text()
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_derivatives_select_between_the_stacked_and_the_policy_s_orders(name, cpu_policy):
+    # A stack of the rows is transposed to (points, K + 1) when the `vmap` returns it.
+    f, policy = FUNCTIONS[name], taylax.CPU
+    for order in (policy.stacked_output_max_order, policy.selected_derivatives_max_order + 1):
+        assert "stablehlo.transpose" in _derivatives_lowered(f, order), order
+    for order in (policy.stacked_output_max_order + 1, policy.selected_derivatives_max_order):
+        assert "stablehlo.transpose" not in _derivatives_lowered(f, order), order
+
+
+def test_the_gpu_policy_keeps_the_derivatives_stack():
+    with taylax.emission_policy("gpu"):
+        assert "stablehlo.transpose" in _derivatives_lowered(FUNCTIONS["sin-power"], 8)
+
+
+def test_whole_arrays_keep_the_derivatives_stack(cpu_policy):
+    # No select at all on whole arrays of the polynomial-trig function: the stack stays.
+    f = FUNCTIONS["sin-power"]
+    assert "stablehlo.select" not in _derivatives_lowered(f, 8, shape=(4, 4))
+    assert "stablehlo.select" in _derivatives_lowered(f, 8)
 
 
 def test_the_gpu_policy_keeps_the_stack():
@@ -72,6 +102,16 @@ def test_selected_coefficients_match_nested_jvp(name, dtype, cpu_policy):
         got = jnp.concatenate([primal[:, None], coeffs * factorials[1:]], 1)
         assert got.dtype == want.dtype
         assert_series_close(got.T, want, rtol=1e-12, context=f"{name} {dtype} at K = {order}")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+def test_selected_derivatives_match_nested_jvp(dtype, cpu_policy):
+    t = jnp.linspace(-0.9, 0.9, 5).astype(dtype) + (0.1j if dtype == jnp.complex128 else 0)
+    for name, f in FUNCTIONS.items():
+        for order in (5, 6, 8):
+            got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
+            want = nested_jvp_derivatives(f, t, jnp.ones_like(t), order)
+            assert_series_close(got.T, want, rtol=1e-11, context=f"{name} {dtype} K = {order}")
 
 
 def test_taylor_and_derivatives_agree_past_the_one_kernel(cpu_policy):
