@@ -42,15 +42,29 @@ def output_pair(o: Series, aval, order: int, select: bool = False):
     primal = jnp.broadcast_to(jnp.asarray(o.primal, aval.dtype), aval.shape)
     if o.is_constant or not jnp.issubdtype(aval.dtype, jnp.inexact):
         return primal, jnp.zeros((order, *aval.shape), aval.dtype)
-    if (
-        select
-        and aval.shape == ()
-        and 1 <= order <= (_policy.current().selected_coefficients_max_order or 0)
-    ):
-        rows = known_rows(o.coeffs)
-        if rows is not None and len(rows) == order + 1:
-            return primal, selected_rows(rows[1:], aval.dtype)
+    highest = _policy.current().selected_coefficients_max_order
+    rows = _scalar_rows(o, aval, order, 1, highest) if select else None
+    if rows is not None:
+        return primal, selected_rows(rows[1:], aval.dtype)
     return primal, pad_degree(o.coeffs, order)[1:]
+
+
+def _scalar_rows(o: Series, aval, order: int, lowest: int, highest: int | None):
+    """The known rows 0..order of a scalar output series where `lowest <= order <=
+    highest` (a policy's bound; None: no order), else None."""
+    if aval.shape != () or o.is_constant or highest is None or not lowest <= order <= highest:
+        return None
+    rows = known_rows(o.coeffs)
+    return rows if rows is not None and len(rows) == order + 1 else None
+
+
+def _times_factorials(rows: list, order: int, dtype, first: int = 0) -> list:
+    """Rows `first..order` each times its factorial as a number: a stack times a constant
+    vector reads that vector per element under `vmap` ((points, K + 1), the points
+    leading), and LLVM then left the kernel that writes the output unvectorized
+    (docs/EMISSION.md, "Output kernels under vmap")."""
+    factors = factorials(order, 0, dtype)[first:].astype(dtype)
+    return [times_number(r, f) for r, f in zip(rows, factors)]
 
 
 def selected_derivatives(o: Series, aval, order: int):
@@ -68,15 +82,11 @@ def selected_derivatives(o: Series, aval, order: int):
     other outputs").
     """
     policy = _policy.current()
-    if aval.shape != () or not (
-        policy.stacked_output_max_order < order <= (policy.selected_derivatives_max_order or 0)
-    ):
+    lowest = policy.stacked_output_max_order + 1
+    rows = _scalar_rows(o, aval, order, lowest, policy.selected_derivatives_max_order)
+    if rows is None:
         return None
-    rows = None if o.is_constant else known_rows(o.coeffs)
-    if rows is None or len(rows) != order + 1:
-        return None
-    factors = factorials(order, 0, aval.dtype)
-    return selected_rows([times_number(r, f) for r, f in zip(rows, factors)], aval.dtype)
+    return selected_rows(_times_factorials(rows, order, aval.dtype), aval.dtype)
 
 
 def selected_rows(rows: list, dtype) -> jnp.ndarray:
@@ -122,15 +132,11 @@ def to_derivatives(c, order: int, scale: float, exact: bool = False, first: int 
     by the exact rationals (`k!` may be past the dtype's range) instead of rounded
     constants."""
     if scale == 1.0 and not exact:
-        factors = factorials(order, 0, c.dtype)[first:].astype(c.dtype)
         rows = known_rows(c)
         if rows is not None:
-            # Row by row, each times its factorial as a number: a stack times a constant
-            # vector reads that vector per element under `vmap` ((points, K + 1), the
-            # points leading), and LLVM then left the kernel that writes the output
-            # unvectorized (docs/EMISSION.md, "Output kernels under vmap").
-            rows = [times_number(r, f) for r, f in zip(rows, factors)]
+            rows = _times_factorials(rows, order, c.dtype, first)
             return stack_rows_as(rows, jnp.shape(c)[1:], c.dtype)
+        factors = factorials(order, 0, c.dtype)[first:].astype(c.dtype)
         return c * factors.reshape((-1,) + (1,) * (c.ndim - 1))
     return times_exact(c, DerivativeFactors(order, scale, first).values())
 
