@@ -10,8 +10,8 @@ Cases (`--cases`):
   (`gpu_check.py`'s among them) or `bench_batched.py` over `--n` points, `FORM` `whole`
   (the array along ones), `vmap` (per point), `taylor` (`taylax.taylor` per point, under
   `vmap`: the primal and the coefficients) or `taylor-whole` (`taylax.taylor` of the
-  array); steady state is the minimum over 5 rounds
-  of 10 calls back to back (ms), first call = lower + compile + run.
+  array); steady state is the minimum over 5 rounds of 10 calls back to back (ms), first
+  call = lower + compile + run.
 * `product:G:K:DTYPE:FORM`: the same for `g(t) cos(t)`, `g` a key of
   `primal_products.FUNCTIONS` (`exp`, `log1p`, `cosh`, ...).
 * `rk4:K`: the unrolled RK4 of `bench_large.py` (20 steps, scalar), first call and steady

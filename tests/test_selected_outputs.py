@@ -48,7 +48,7 @@ def _lowered(f, order, dtype=jnp.float64) -> str:
 
 @pytest.mark.parametrize("order", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
-def test_the_cpu_policy_selects_the_rows_without_a_transpose(name, order, cpu_policy):
+def test_the_cpu_policy_selects_taylor_s_coefficients(name, order, cpu_policy):
     assert _selects_rows(_lowered(FUNCTIONS[name], order), order) == (order > 1)
 
 
