@@ -3,9 +3,10 @@
 Compares `--base` (a built-in policy: cpu, gpu, default) with the same policy changed by
 `--set FIELD=VALUE ...`, side by side:
 
-* `chains`: the elementwise chains of `gpu_check.py` and `bench_batched.py` under
-  `jax.vmap` over `--n` points, with jet (not with `--no-jet`), in one process (minimum
-  of `--rounds` rounds of 5 calls; first call = lower + compile + first run);
+* `chains`: the elementwise chains of `gpu_check.py` and `bench_batched.py` (with
+  `--untuned`, `untuned_chains.py`'s too) under `jax.vmap` over `--n` points, with jet
+  (not with `--no-jet`), in one process (minimum of `--rounds` rounds of 5 calls; first
+  call = lower + compile + first run);
 * `mlp`: the tanh MLP of `bench_batched.py` along a direction (batch 2048), one process,
   minimum of interleaved calls;
 * `rk4`: RK4 in `fori_loop` (`bench_programs.py`), first call and steady state, in
@@ -60,6 +61,10 @@ def chains(args, pols) -> None:
 
     t = jnp.linspace(-0.9, 0.9, args.n)
     table = {**MORE, **{name: f for name, (f, _) in CHAINS.items()}}
+    if args.untuned:
+        from untuned_chains import CHAINS as UNTUNED  # sets x64 on again after its imports
+
+        table.update(UNTUNED)
     for K in args.orders:
         for name, f in table.items():
             row = {}
@@ -182,6 +187,9 @@ def main(argv=None) -> int:
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument(
         "--no-jet", action="store_true", help="chains without jet (whose compile grows past K = 16)"
+    )
+    parser.add_argument(
+        "--untuned", action="store_true", help="chains: untuned_chains.py's chains too"
     )
     args = parser.parse_args(argv)
     args.orders = [int(k) for k in args.orders.split(",")]

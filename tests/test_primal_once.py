@@ -114,3 +114,35 @@ def test_marked_passes_agree_with_nested_jvp():
     got = jax.jit(jax.vmap(taylax.derivatives(f, ORDER)))(t)
     want = nested_jvp_derivatives(f, t, jnp.ones_like(t), ORDER)
     assert_series_close(got.T, want, rtol=1e-12)
+
+
+PAIRS = {
+    "sin of exp": lambda t: jnp.sin(jnp.exp(t)),
+    "cos of a product": lambda t: jnp.cos(jnp.cos(t) * t),
+    "cosh of sin": lambda t: jnp.cosh(jnp.sin(t)) * t,
+}
+
+
+def _marks(f, order, policy) -> int:
+    with taylax.emission_policy(policy):
+        return taylax.equation_counts(_pass_jaxpr(f, order)).get("taylax_computed_once", 0)
+
+
+@pytest.mark.parametrize("name", list(PAIRS))
+def test_only_the_wanted_rows_of_a_pair_are_marked(name):
+    # sin's recurrence reads cos's rows too; from the field's order only the rule's own
+    # rows 1..K go to buffers (docs/EMISSION.md, "Only the wanted rows of sin/cos").
+    f, order = PAIRS[name], taylax.CPU.partner_rows_unmarked_min_order
+    both = dataclasses.replace(taylax.CPU, partner_rows_unmarked_min_order=None)
+    assert _marks(f, order, taylax.CPU) == _marks(f, order, both) - order
+    assert _marks(f, order - 1, taylax.CPU) == _marks(f, order - 1, both)
+
+
+@pytest.mark.parametrize("name", list(PAIRS))
+@pytest.mark.parametrize("order", [5, 8])
+def test_pairs_with_unmarked_partners_agree_with_nested_jvp(name, order):
+    f = PAIRS[name]
+    t = jnp.linspace(-0.8, 0.8, 7)
+    got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
+    want = nested_jvp_derivatives(f, t, jnp.ones_like(t), order)
+    assert_series_close(got.T, want, rtol=1e-12)

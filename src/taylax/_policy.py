@@ -132,6 +132,9 @@ class EmissionPolicy:
     `primal_once_max_order`: from past `unmarked_any_size_max_order` up to this order, a
     rule's transcendental values (the primal `exp x0`, `log x0`, `asinh x0`..., which
     every row of a product reads) are marked too (`taylax._series.once`); None: never.
+    `partner_rows_unmarked_min_order`: from this order an unrolled sin, cos, sinh or cosh
+    marks only its own rows; the partner's rows its recurrence also reads (cos beside
+    sin) are left for XLA to recompute inside the kernels that read them. None: both.
 
     **Products of series matrices** (`taylax._rules._linalg`): one dot per pair of rows
     up to `pair_dots_max_degree` from `pair_dots_min_work` multiply-adds; one dot per row
@@ -250,6 +253,7 @@ class EmissionPolicy:
     one_kernel_max_order: int = 4
     one_kernel_of_polynomials: bool = True
     primal_once_max_order: int | None = 8
+    partner_rows_unmarked_min_order: int | None = 5
     pair_dots_max_degree: int = 8
     pair_dots_min_work: int = 1 << 15
     row_dots_max_degree: int = 8
@@ -384,6 +388,7 @@ GPU = EmissionPolicy(
     elementwise_by_points_min_wide_kernels=None,
     mark_values=False,
     primal_once_max_order=None,
+    partner_rows_unmarked_min_order=None,
     one_kernel_of_polynomials=False,
     blocked_directions=False,
     fallback_check_apart=True,

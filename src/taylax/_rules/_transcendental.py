@@ -185,7 +185,7 @@ def _pair(kind: str, index: int):
         return _series.once(lax.sinh(x0)), _series.once(lax.cosh(x0))
 
     def general(order, x):
-        ys = _series.linear_ode(x.coeffs, list(first_second(x.primal)), matrix, order)
+        ys = _series.linear_ode(x.coeffs, list(first_second(x.primal)), matrix, order, index)
         return Series(ys[index])
 
     def line(x0, order, scale=1.0):

@@ -138,13 +138,17 @@ def _weighted_sum(weights, rows: list[Array]) -> Array | None:
     return total
 
 
-def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array]:
+def linear_ode(
+    x: Array, y0s: Sequence[Array], matrix, order: int, wanted: int | None = None
+) -> list[Array]:
     """Solve `Y' = x' (M Y)` for a small constant matrix `M` (exp, sin/cos, sinh/cosh).
 
-    `k y_k = sum_{m<k} u_{k-1-m} (M y)_m` with `u = x'`.
+    `k y_k = sum_{m<k} u_{k-1-m} (M y)_m` with `u = x'`. `wanted`: the index of the one
+    solution the caller reads (sin of sin/cos), where it reads one; see
+    `_linear_ode_unrolled`.
     """
     if unrolled(order, degree_of(x), has_separate_rows(x)):
-        return _linear_ode_unrolled(x, y0s, matrix, order)
+        return _linear_ode_unrolled(x, y0s, matrix, order, wanted)
     dtype = jnp.result_type(x, *y0s)
     shape = jnp.broadcast_shapes(x.shape[1:], *[jnp.shape(y0) for y0 in y0s])
     span = blocked_span(order)
@@ -165,7 +169,17 @@ def linear_ode(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array
     return [y[: order + 1] for y in ys]
 
 
-def _linear_ode_unrolled(x: Array, y0s: Sequence[Array], matrix, order: int) -> list[Array]:
+def _linear_ode_unrolled(
+    x: Array, y0s: Sequence[Array], matrix, order: int, wanted: int | None
+) -> list[Array]:
+    """`linear_ode` one coefficient at a time. Each row is computed once into a buffer,
+    except, from the policy's `partner_rows_unmarked_min_order`, the rows of a partner
+    the caller does not read (cos beside sin): XLA recomputes those few products inside
+    the kernels of the wanted rows that read them, which halves the kernels and writes
+    no buffer for the partner (docs/EMISSION.md, "Only the wanted rows of sin/cos")."""
+    bound = _policy.current().partner_rows_unmarked_min_order
+    if bound is None or order < bound:
+        wanted = None
     dtype = jnp.result_type(x, *y0s)
     shape = jnp.broadcast_shapes(x.shape[1:], *[jnp.shape(y0) for y0 in y0s])
     xs, jx = derivative_rows(x, dtype, order)
@@ -179,9 +193,12 @@ def _linear_ode_unrolled(x: Array, y0s: Sequence[Array], matrix, order: int) -> 
         new = []
         for i in range(len(y0s)):
             acc = dot_rows((jx[j], mixed[i][k - j]) for j in range(1, k + 1))
-            new.append(
-                jnp.zeros(shape, dtype) if acc is None else computed_once(acc / float(k), one)
-            )
+            if acc is None:
+                new.append(jnp.zeros(shape, dtype))
+            elif wanted is None or i == wanted:
+                new.append(computed_once(acc / float(k), one))
+            else:
+                new.append(acc / float(k))
         for i, value in enumerate(new):
             ys[i].append(value)
     return [stack_rows_as(y, shape, dtype) for y in ys]
