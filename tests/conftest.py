@@ -130,3 +130,18 @@ def pytest_collection_modifyitems(config, items):
             "tests/slow_cases.txt names cases that no longer exist; rename or remove them: "
             + ", ".join(stale)
         )
+
+
+@pytest.fixture
+def stacked_derivatives(emission):
+    """The pass's own stacked output for `derivatives` up to `stacked_output_max_order`,
+    for tests that pin what XLA makes of a pass with it. On a JAX without the `stack`
+    primitive (0.9) the CPU policy selects those rows from order 2 instead (their
+    concatenate along the points' minor axis was slow there; `test_selected_outputs.py`
+    pins that form); this puts the stacked output back there. Elsewhere it changes
+    nothing, and the policy in force stays."""
+    import taylax
+    from taylax import _compat
+
+    if not _compat.HAS_STACK_PRIMITIVE:
+        emission(selected_derivatives_min_order=taylax.CPU.stacked_output_max_order + 1)

@@ -417,7 +417,7 @@ LOW_ORDER_CHAINS = {
 @xla_cpu_only
 @pytest.mark.parametrize("points", [4096, 1 << 20])
 @pytest.mark.parametrize("name", list(LOW_ORDER_CHAINS))
-def test_order_two_chains_compile_into_one_kernel(name, points):
+def test_order_two_chains_compile_into_one_kernel(name, points, stacked_derivatives):
     # At order 2 nothing is marked (`_once.UNMARKED_ANY_SIZE_MAX_ORDER`), a quotient's
     # recurrence reads `a_0 (1 / b_0)` (XLA:CPU fuses a reciprocal, not a quotient with
     # several readers), and the output is the pass's own stack, so XLA fuses the whole

@@ -124,13 +124,14 @@ def test_seed_function_at_order_four_compiles_into_one_kernel(points):
 
 @xla_cpu_only
 @pytest.mark.parametrize("name", list(OF_POLYNOMIALS))
-def test_functions_of_polynomials_compile_into_one_kernel_or_few(name):
+def test_functions_of_polynomials_compile_into_one_kernel_or_few(
+    name, cpu_policy, stacked_derivatives
+):
     # Marked, these passes compiled into 6 to 12 kernels at order 4. XLA:CPU keeps a
     # quotient or a `log1p` that several rows read in a kernel of its own.
     few = 1 if name in ("exp(-t^2) sin(3t)", "log(2 + t) - t", "sqrt(1 + t^2) sin(t)") else 3
     fn = jax.vmap(taylax.derivatives(OF_POLYNOMIALS[name], 4))
-    with taylax.emission_policy("cpu"):
-        assert entry_kernels(fn, jax.ShapeDtypeStruct((65536,), jnp.float64)) <= few
+    assert entry_kernels(fn, jax.ShapeDtypeStruct((65536,), jnp.float64)) <= few
 
 
 @pytest.mark.parametrize("order", [1, 2, 3, 4])

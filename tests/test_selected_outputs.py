@@ -5,8 +5,9 @@ transposed to (points, K), and beside another output XLA:CPU did not fuse that t
 into the kernel of the rows: one loop per row, each recomputing what the rows share, then
 a copy (1.4-2x `derivatives`' time). Under the CPU policy the coefficients are selects
 over their rows (`taylax._outputs.selected_rows`), elementwise on the (points, K) array,
-and so is the stack of `derivatives` past `stacked_output_max_order`; the GPU policy
-keeps the stacks (docs/EMISSION.md, "Outputs beside other outputs").
+and so is the stack of `derivatives` between `selected_derivatives_min_order` and
+`selected_derivatives_max_order`; the GPU policy keeps the stacks (docs/EMISSION.md,
+"Outputs beside other outputs").
 """
 
 import math
@@ -19,6 +20,7 @@ import pytest
 
 import taylax
 from reference import assert_series_close, nested_jvp_derivatives
+from taylax import _compat
 
 FUNCTIONS = {
     "sin-power": lambda t: 0.3 * jnp.sin(t) * t**10,
@@ -69,10 +71,22 @@ def _derivatives_lowered(f, order, shape=(16,)) -> str:
 @pytest.mark.parametrize("name", ["sin-power", "gaussian-sine", "log1p-sqrt"])
 def test_derivatives_select_between_the_stacked_and_the_policy_s_orders(name, cpu_policy):
     f, policy = FUNCTIONS[name], taylax.CPU
-    for order in (policy.stacked_output_max_order, policy.selected_derivatives_max_order + 1):
+    lowest, highest = policy.selected_derivatives_min_order, policy.selected_derivatives_max_order
+    for order in (lowest - 1, highest + 1):
         assert not _selects_rows(_derivatives_lowered(f, order), order + 1), order
-    for order in (policy.stacked_output_max_order + 1, policy.selected_derivatives_max_order):
+    for order in (lowest, highest):
         assert _selects_rows(_derivatives_lowered(f, order), order + 1), order
+
+
+@pytest.mark.parametrize("order", [2, 4])
+def test_no_derivatives_are_concatenated_along_the_points_minor_axis(order, cpu_policy):
+    # JAX 0.9 has no `stack` primitive: there a vmapped stack is a concatenate along the
+    # (points, K + 1) output's minor axis, which XLA:CPU wrote row by row (1.1-2.5x the
+    # selected rows' time), so the CPU policy selects from order 2 on such a JAX.
+    text = _derivatives_lowered(FUNCTIONS["gaussian-sine"], order)
+    minor = rf"stablehlo\.concatenate .*dim = 1 .*-> tensor<16x{order + 1}xf64>$"
+    assert re.search(minor, text, re.M) is None
+    assert _selects_rows(text, order + 1) == (not _compat.HAS_STACK_PRIMITIVE)
 
 
 def test_the_gpu_policy_keeps_the_derivatives_stack():

@@ -636,7 +636,7 @@ def test_loop_bodies_keep_linear_operations_on_stacks(monkeypatch):
     assert in_loops < stacked_rows, (in_loops, stacked_rows)
 
 
-def test_divisions_keep_computed_once_values_once():
+def test_divisions_keep_computed_once_values_once(stacked_derivatives):
     # XLA rewrites `(a / b) / c` into `a / (b c)`; a `_series.computed_once` value divided
     # by (cos as the numerator here, the primal of the quotient) would be recomputed in
     # the dividing kernel without `_series.shielded`.

@@ -133,11 +133,8 @@ def _derivatives_pass(
             rows = materialized_rows(o, v.aval, order)
         if rows is not None:
             stacks.append(done(rows))
-        # The pass's own stack up to the policy's order; past it, the rows selected or
-        # concatenated.
-        elif order <= policy.stacked_output_max_order:
-            c = output_stack(o, v.aval, order)
-            stacks.append(done(c) if inexact else c)
+        # The rows selected between the policy's orders; else the pass's own stack up to
+        # its order, and past it the rows concatenated.
         elif (
             inexact
             and finish
@@ -146,6 +143,9 @@ def _derivatives_pass(
             and ((selected := selected_derivatives(o, v.aval, order)) is not None)
         ):
             stacks.append(selected)
+        elif order <= policy.stacked_output_max_order:
+            c = output_stack(o, v.aval, order)
+            stacks.append(done(c) if inexact else c)
         else:
             # Stacked first, then scaled (row 0 by `0! = 1`): one scaling of one stack,
             # where a concatenate of the primal and the scaled rows was slower on XLA:CPU

@@ -228,6 +228,12 @@ def find_primitive(name: str) -> Primitive | None:
 # `lax.stage`, an identity marking a value for staging: new in jax 0.10 (None before).
 stage_p = getattr(lax, "stage_p", None)
 
+# `jnp.stack` binds a `stack` primitive from jax 0.10, which `jax.vmap` batches as a stack
+# and a transpose to (points, K); before, it was a concatenate of broadcasts, batched as a
+# concatenate along the points' minor axis, which XLA:CPU writes one row at a time
+# (docs/EMISSION.md, "Outputs beside other outputs").
+HAS_STACK_PRIMITIVE = find_primitive("stack") is not None
+
 # Control flow (used by _rules/_control.py).
 scan_p = jex_prims.scan_p
 while_p = jex_prims.while_p

@@ -6,7 +6,7 @@ Each output series is either split into its primal and its coefficients 1..K
 stack is formed decides the kernels XLA writes it with: a long pass computes each row
 into a buffer of its own (`long_pass_rows`), and on the CPU the coefficients of a scalar
 output under `jax.vmap` are selected row by row (`selected_rows`), as are the
-derivatives of one past `stacked_output_max_order` (`selected_derivatives`).
+derivatives of one between the policy's orders (`selected_derivatives`).
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def _times_factorials(rows: list, order: int, dtype, first: int = 0) -> list:
 def selected_derivatives(o: Series, aval, order: int):
     """Derivatives 0..order of a scalar output series as `selected_rows`, each row times its
     factorial as a number, where the policy selects them at this order
-    (`stacked_output_max_order < order <= selected_derivatives_max_order`) and the rows
-    are known; else None.
+    (`selected_derivatives_min_order <= order <= selected_derivatives_max_order`) and the
+    rows are known; else None.
 
     Past `stacked_output_max_order` the stack of `derivatives` had been the primal and the
     coefficients concatenated and scaled by a constant vector of factorials: under
@@ -79,11 +79,13 @@ def selected_derivatives(o: Series, aval, order: int):
     computed there the last products of the rows (for cos-exp-div-tanh at K = 8 the
     pass's largest kernel, 1,039 us per call summed over two threads; selected, 282).
     Selected, the output is written a point at a time (docs/EMISSION.md, "Outputs beside
-    other outputs").
+    other outputs"). On a JAX without the `stack` primitive (0.9) the pass's own stack
+    under `vmap` is a concatenate that XLA:CPU writes row by row, and the CPU policy
+    selects from order 2.
     """
     policy = _policy.current()
-    lowest = policy.stacked_output_max_order + 1
-    rows = _scalar_rows(o, aval, order, lowest, policy.selected_derivatives_max_order)
+    lowest, highest = policy.selected_derivatives_min_order, policy.selected_derivatives_max_order
+    rows = _scalar_rows(o, aval, order, lowest, highest)
     if rows is None:
         return None
     return selected_rows(_times_factorials(rows, order, aval.dtype), aval.dtype)

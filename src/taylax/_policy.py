@@ -84,8 +84,9 @@ class EmissionPolicy:
       coefficients of a scalar output as a chain of selects over their rows, which
       XLA:CPU computes in one loop over points beside the primal
       (`taylax._outputs.selected_rows`); None: a stack. On a GPU each element would
-      compute every row. `selected_derivatives_max_order`: the same for the stack of
-      `derivatives` past `stacked_output_max_order`, up to this order.
+      compute every row. `selected_derivatives_min_order` and
+      `selected_derivatives_max_order`: the same for the stack of `derivatives` of a
+      scalar output under `vmap` between these orders (before the pass's own stack).
     - `output_rows_apart_min_order`: from this order `derivatives` computes each of an
       output's rows into a buffer of its own (an optimization barrier) before stacking
       them, where the rows are known; None never does. On
@@ -226,6 +227,7 @@ class EmissionPolicy:
     nested_rowless_max_elements: int | None = 16
     stacked_output_max_order: int = 4
     selected_coefficients_max_order: int | None = 16
+    selected_derivatives_min_order: int = 5
     selected_derivatives_max_order: int | None = 12
     output_rows_apart_min_order: int | None = None
     output_rows_apart_min_equations: int | None = 64
@@ -347,7 +349,12 @@ class EmissionPolicy:
 
 
 # XLA:CPU: the constants measured on the 2-core CPU (docs/EMISSION.md, "CPU").
-CPU = EmissionPolicy(name="cpu")
+# On a JAX without the `stack` primitive (0.9) a vmapped stack is a concatenate that
+# XLA:CPU writes row by row, and selected rows were faster from order 2 on every chain
+# measured (docs/EMISSION.md, "Outputs beside other outputs").
+CPU = EmissionPolicy(
+    name="cpu", selected_derivatives_min_order=5 if _compat.HAS_STACK_PRIMITIVE else 2
+)
 """The policy for XLA:CPU: cache-sized buffers, rows XLA:CPU fuses, loops that keep the state
 in cache, chunks of points and blocks of directions; a long pass computes each output row
 in a kernel of its own, uncut (docs/EMISSION.md, "CPU").
