@@ -146,3 +146,30 @@ def test_pairs_with_unmarked_partners_agree_with_nested_jvp(name, order):
     got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
     want = nested_jvp_derivatives(f, t, jnp.ones_like(t), order)
     assert_series_close(got.T, want, rtol=1e-12)
+
+
+RICCATI = {
+    "tanh of log1p": lambda t: jnp.tanh(jnp.log1p(t * t)),
+    "tanh of a product": lambda t: jnp.tanh(jnp.sin(t) * t) * jnp.exp(t),
+    "logistic of sin": lambda t: jax.nn.sigmoid(jnp.sin(t) * t),
+}
+
+
+@pytest.mark.parametrize("name", list(RICCATI))
+def test_riccati_rows_are_unmarked_up_to_the_field(name):
+    # tanh's and the logistic's rows 1..K go to no buffer up to the field's order; past
+    # it they are marked (docs/EMISSION.md, "tanh's rows unmarked").
+    f, order = RICCATI[name], taylax.CPU.riccati_rows_unmarked_max_order
+    marked = dataclasses.replace(taylax.CPU, riccati_rows_unmarked_max_order=None)
+    assert _marks(f, order, taylax.CPU) == _marks(f, order, marked) - order
+    assert _marks(f, order + 1, taylax.CPU) == _marks(f, order + 1, marked)
+
+
+@pytest.mark.parametrize("name", list(RICCATI))
+@pytest.mark.parametrize("order", [5, 8])
+def test_unmarked_riccati_rows_agree_with_nested_jvp(name, order):
+    f = RICCATI[name]
+    t = jnp.linspace(-0.8, 0.8, 7)
+    got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
+    want = nested_jvp_derivatives(f, t, jnp.ones_like(t), order)
+    assert_series_close(got.T, want, rtol=1e-12)

@@ -136,6 +136,9 @@ class EmissionPolicy:
     `partner_rows_unmarked_min_order`: from this order an unrolled sin, cos, sinh or cosh
     marks only its own rows; the partner's rows its recurrence also reads (cos beside
     sin) are left for XLA to recompute inside the kernels that read them. None: both.
+    `riccati_rows_unmarked_max_order`: up to this order tanh's and the logistic's rows
+    (their Riccati recurrence) are not marked either: XLA recomputes them in each kernel
+    that reads them. None: marked past `unmarked_any_size_max_order` like other rows.
 
     **Products of series matrices** (`taylax._rules._linalg`): one dot per pair of rows
     up to `pair_dots_max_degree` from `pair_dots_min_work` multiply-adds; one dot per row
@@ -256,6 +259,7 @@ class EmissionPolicy:
     one_kernel_of_polynomials: bool = True
     primal_once_max_order: int | None = 8
     partner_rows_unmarked_min_order: int | None = 5
+    riccati_rows_unmarked_max_order: int | None = 8
     pair_dots_max_degree: int = 8
     pair_dots_min_work: int = 1 << 15
     row_dots_max_degree: int = 8
@@ -396,6 +400,7 @@ GPU = EmissionPolicy(
     mark_values=False,
     primal_once_max_order=None,
     partner_rows_unmarked_min_order=None,
+    riccati_rows_unmarked_max_order=None,
     one_kernel_of_polynomials=False,
     blocked_directions=False,
     fallback_check_apart=True,

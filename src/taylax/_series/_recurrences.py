@@ -465,8 +465,14 @@ def _riccati(x: Array, y0, slope, linear: float, order: int, rows_once: bool) ->
     `rows_once=False` leaves the rows past 0 unmarked, for readers that take each row
     as its own buffer (a matmul per row): XLA then fuses each row's few products with
     its neighbours. Read as one stack instead, unmarked rows are recomputed in every
-    later row (docs/EMISSION.md, "Recurrences").
+    later row (docs/EMISSION.md, "Recurrences"); up to the policy's
+    `riccati_rows_unmarked_max_order` that recomputation costs less than a kernel and a
+    buffer per row, and they stay unmarked too (docs/EMISSION.md, "tanh's rows
+    unmarked").
     """
+    bound = _policy.current().riccati_rows_unmarked_max_order
+    if bound is not None and order <= bound:
+        rows_once = False
     dtype = jnp.result_type(x, y0)
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(y0))
     xs, jx = derivative_rows(x, dtype, order)
