@@ -173,3 +173,40 @@ def test_unmarked_riccati_rows_agree_with_nested_jvp(name, order):
     got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
     want = nested_jvp_derivatives(f, t, jnp.ones_like(t), order)
     assert_series_close(got.T, want, rtol=1e-12)
+
+
+ROOTS = {
+    "sqrt of a product": lambda t: jnp.sqrt(2 + jnp.exp(t) * t),
+    "sqrt of tanh of log1p": lambda t: jnp.sqrt(1.5 + jnp.tanh(jnp.log1p(t * t))),
+}
+
+
+@pytest.mark.parametrize("name", list(ROOTS))
+def test_root_rows_are_unmarked_up_to_the_field(name):
+    f, order = ROOTS[name], taylax.CPU.root_rows_unmarked_max_order
+    marked = dataclasses.replace(taylax.CPU, root_rows_unmarked_max_order=None)
+    assert _marks(f, order, taylax.CPU) == _marks(f, order, marked) - order
+    assert _marks(f, order + 1, taylax.CPU) == _marks(f, order + 1, marked)
+
+
+@pytest.mark.parametrize("name", list(ROOTS))
+@pytest.mark.parametrize("order", [5, 8])
+def test_unmarked_root_rows_agree_with_nested_jvp(name, order):
+    # Nested jvp's program grows exponentially in the order: 8 stays quick.
+    f = ROOTS[name]
+    t = jnp.linspace(-0.8, 0.8, 7)
+    got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
+    want = nested_jvp_derivatives(f, t, jnp.ones_like(t), order)
+    assert_series_close(got.T, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(ROOTS))
+def test_unmarked_root_rows_agree_with_marked_ones_at_the_field(name):
+    # At the field's order (12) against the marked rows, which the rule tables check.
+    f, order = ROOTS[name], taylax.CPU.root_rows_unmarked_max_order
+    t = jnp.linspace(-0.8, 0.8, 7)
+    got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
+    marked = dataclasses.replace(taylax.CPU, root_rows_unmarked_max_order=None)
+    with taylax.emission_policy(marked):
+        want = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
+    assert_series_close(got, want, rtol=1e-12)

@@ -139,6 +139,8 @@ class EmissionPolicy:
     `riccati_rows_unmarked_max_order`: up to this order tanh's and the logistic's rows
     (their Riccati recurrence) are not marked either: XLA recomputes them in each kernel
     that reads them. None: marked past `unmarked_any_size_max_order` like other rows.
+    `root_rows_unmarked_max_order`: the same for the rows of `sqrt` of a series of full
+    degree (`y^2 = x`).
 
     **Products of series matrices** (`taylax._rules._linalg`): one dot per pair of rows
     up to `pair_dots_max_degree` from `pair_dots_min_work` multiply-adds; one dot per row
@@ -260,6 +262,7 @@ class EmissionPolicy:
     primal_once_max_order: int | None = 8
     partner_rows_unmarked_min_order: int | None = 5
     riccati_rows_unmarked_max_order: int | None = 8
+    root_rows_unmarked_max_order: int | None = 12
     pair_dots_max_degree: int = 8
     pair_dots_min_work: int = 1 << 15
     row_dots_max_degree: int = 8
@@ -401,6 +404,7 @@ GPU = EmissionPolicy(
     primal_once_max_order=None,
     partner_rows_unmarked_min_order=None,
     riccati_rows_unmarked_max_order=None,
+    root_rows_unmarked_max_order=None,
     one_kernel_of_polynomials=False,
     blocked_directions=False,
     fallback_check_apart=True,

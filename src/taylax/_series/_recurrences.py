@@ -382,7 +382,13 @@ def square_root(x: Array, y0: Array, order: int) -> Array:
     recurrence takes k, for a series of full degree (docs/EMISSION.md, "The log1p chain
     at K = 16"). Over a polynomial of low degree `power` sums fewer (min(k, degree)
     terms), so callers keep it there. Unrolled only (`unrolled`).
+
+    Up to the policy's `root_rows_unmarked_max_order` the rows past `y_0` are left for XLA
+    to fuse into their readers, as `_riccati`'s are; past it each is computed once
+    (docs/EMISSION.md, "tanh's rows unmarked").
     """
+    bound = _policy.current().root_rows_unmarked_max_order
+    rows_once = bound is None or order > bound
     dtype = jnp.result_type(x, y0)
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(y0))
     xs = rows_of(x.astype(dtype), order + 1)
@@ -397,7 +403,10 @@ def square_root(x: Array, y0: Array, order: int) -> Array:
         top = xs[k]
         if square is not None:
             top = -square if top is None else top - square
-        ys.append(jnp.zeros(shape, dtype) if top is None else computed_once(top * reciprocal, one))
+        if top is None:
+            ys.append(jnp.zeros(shape, dtype))
+        else:
+            ys.append(computed_once(top * reciprocal, one) if rows_once else top * reciprocal)
     return stack_rows_as(ys, shape, dtype)
 
 
