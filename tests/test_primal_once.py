@@ -116,10 +116,29 @@ def test_marked_passes_agree_with_nested_jvp():
     assert_series_close(got.T, want, rtol=1e-12)
 
 
-PAIRS = {
-    "sin of exp": lambda t: jnp.sin(jnp.exp(t)),
-    "cos of a product": lambda t: jnp.cos(jnp.cos(t) * t),
-    "cosh of sin": lambda t: jnp.cosh(jnp.sin(t)) * t,
+# Recurrences whose rows are left for XLA to recompute in their readers, by the policy
+# field that bounds it (docs/EMISSION.md, "Only the wanted rows of sin/cos" and "tanh's
+# rows unmarked, and sqrt's"): sin's recurrence reads cos's rows (`partner_..._min_order`:
+# from the field's order), tanh's, the logistic's and sqrt's read their own (`..._max_order`:
+# up to it).
+UNMARKED = {
+    "sin of exp": (lambda t: jnp.sin(jnp.exp(t)), "partner_rows_unmarked_min_order"),
+    "cos of a product": (lambda t: jnp.cos(jnp.cos(t) * t), "partner_rows_unmarked_min_order"),
+    "cosh of sin": (lambda t: jnp.cosh(jnp.sin(t)) * t, "partner_rows_unmarked_min_order"),
+    "tanh of log1p": (lambda t: jnp.tanh(jnp.log1p(t * t)), "riccati_rows_unmarked_max_order"),
+    "tanh of a product": (
+        lambda t: jnp.tanh(jnp.sin(t) * t) * jnp.exp(t),
+        "riccati_rows_unmarked_max_order",
+    ),
+    "logistic of sin": (
+        lambda t: jax.nn.sigmoid(jnp.sin(t) * t),
+        "riccati_rows_unmarked_max_order",
+    ),
+    "sqrt of a product": (lambda t: jnp.sqrt(2 + jnp.exp(t) * t), "root_rows_unmarked_max_order"),
+    "sqrt of tanh of log1p": (
+        lambda t: jnp.sqrt(1.5 + jnp.tanh(jnp.log1p(t * t))),
+        "root_rows_unmarked_max_order",
+    ),
 }
 
 
@@ -128,85 +147,35 @@ def _marks(f, order, policy) -> int:
         return taylax.equation_counts(_pass_jaxpr(f, order)).get("taylax_computed_once", 0)
 
 
-@pytest.mark.parametrize("name", list(PAIRS))
-def test_only_the_wanted_rows_of_a_pair_are_marked(name):
-    # sin's recurrence reads cos's rows too; from the field's order only the rule's own
-    # rows 1..K go to buffers (docs/EMISSION.md, "Only the wanted rows of sin/cos").
-    f, order = PAIRS[name], taylax.CPU.partner_rows_unmarked_min_order
-    both = dataclasses.replace(taylax.CPU, partner_rows_unmarked_min_order=None)
-    assert _marks(f, order, taylax.CPU) == _marks(f, order, both) - order
-    assert _marks(f, order - 1, taylax.CPU) == _marks(f, order - 1, both)
-
-
-@pytest.mark.parametrize("name", list(PAIRS))
-@pytest.mark.parametrize("order", [5, 8])
-def test_pairs_with_unmarked_partners_agree_with_nested_jvp(name, order):
-    f = PAIRS[name]
-    t = jnp.linspace(-0.8, 0.8, 7)
-    got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
-    want = nested_jvp_derivatives(f, t, jnp.ones_like(t), order)
-    assert_series_close(got.T, want, rtol=1e-12)
-
-
-RICCATI = {
-    "tanh of log1p": lambda t: jnp.tanh(jnp.log1p(t * t)),
-    "tanh of a product": lambda t: jnp.tanh(jnp.sin(t) * t) * jnp.exp(t),
-    "logistic of sin": lambda t: jax.nn.sigmoid(jnp.sin(t) * t),
-}
-
-
-@pytest.mark.parametrize("name", list(RICCATI))
-def test_riccati_rows_are_unmarked_up_to_the_field(name):
-    # tanh's and the logistic's rows 1..K go to no buffer up to the field's order; past
-    # it they are marked (docs/EMISSION.md, "tanh's rows unmarked").
-    f, order = RICCATI[name], taylax.CPU.riccati_rows_unmarked_max_order
-    marked = dataclasses.replace(taylax.CPU, riccati_rows_unmarked_max_order=None)
+@pytest.mark.parametrize("name", list(UNMARKED))
+def test_rows_are_unmarked_where_the_field_says(name):
+    # At the field's bound the K rows 1..K go to no buffer; one order outside it they do.
+    f, field = UNMARKED[name]
+    order = getattr(taylax.CPU, field)
+    outside = order - 1 if field.endswith("_min_order") else order + 1
+    marked = dataclasses.replace(taylax.CPU, **{field: None})
     assert _marks(f, order, taylax.CPU) == _marks(f, order, marked) - order
-    assert _marks(f, order + 1, taylax.CPU) == _marks(f, order + 1, marked)
+    assert _marks(f, outside, taylax.CPU) == _marks(f, outside, marked)
 
 
-@pytest.mark.parametrize("name", list(RICCATI))
+@pytest.mark.parametrize("name", list(UNMARKED))
 @pytest.mark.parametrize("order", [5, 8])
-def test_unmarked_riccati_rows_agree_with_nested_jvp(name, order):
-    f = RICCATI[name]
-    t = jnp.linspace(-0.8, 0.8, 7)
-    got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
-    want = nested_jvp_derivatives(f, t, jnp.ones_like(t), order)
-    assert_series_close(got.T, want, rtol=1e-12)
-
-
-ROOTS = {
-    "sqrt of a product": lambda t: jnp.sqrt(2 + jnp.exp(t) * t),
-    "sqrt of tanh of log1p": lambda t: jnp.sqrt(1.5 + jnp.tanh(jnp.log1p(t * t))),
-}
-
-
-@pytest.mark.parametrize("name", list(ROOTS))
-def test_root_rows_are_unmarked_up_to_the_field(name):
-    f, order = ROOTS[name], taylax.CPU.root_rows_unmarked_max_order
-    marked = dataclasses.replace(taylax.CPU, root_rows_unmarked_max_order=None)
-    assert _marks(f, order, taylax.CPU) == _marks(f, order, marked) - order
-    assert _marks(f, order + 1, taylax.CPU) == _marks(f, order + 1, marked)
-
-
-@pytest.mark.parametrize("name", list(ROOTS))
-@pytest.mark.parametrize("order", [5, 8])
-def test_unmarked_root_rows_agree_with_nested_jvp(name, order):
+def test_unmarked_rows_agree_with_nested_jvp(name, order):
     # Nested jvp's program grows exponentially in the order: 8 stays quick.
-    f = ROOTS[name]
+    f = UNMARKED[name][0]
     t = jnp.linspace(-0.8, 0.8, 7)
     got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
     want = nested_jvp_derivatives(f, t, jnp.ones_like(t), order)
     assert_series_close(got.T, want, rtol=1e-12)
 
 
-@pytest.mark.parametrize("name", list(ROOTS))
-def test_unmarked_root_rows_agree_with_marked_ones_at_the_field(name):
-    # At the field's order (12) against the marked rows, which the rule tables check.
-    f, order = ROOTS[name], taylax.CPU.root_rows_unmarked_max_order
+@pytest.mark.parametrize("name", list(UNMARKED))
+def test_unmarked_rows_agree_with_marked_ones_at_the_field(name):
+    # At the field's bound (up to 12) against the marked rows, which the rule tables check.
+    f, field = UNMARKED[name]
+    order = getattr(taylax.CPU, field)
     t = jnp.linspace(-0.8, 0.8, 7)
     got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
-    marked = dataclasses.replace(taylax.CPU, root_rows_unmarked_max_order=None)
-    with taylax.emission_policy(marked):
+    with taylax.emission_policy(dataclasses.replace(taylax.CPU, **{field: None})):
         want = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
     assert_series_close(got, want, rtol=1e-12)
