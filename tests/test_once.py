@@ -163,3 +163,26 @@ def test_whole_array_passes_of_the_lowest_orders_mark_small_values(emission):
     emission(unbatched_unmarked_min_bytes=None)
     assert divides(whole) < marked_whole
     assert divides(per_point) == marked_vmap
+
+
+def test_row_marks_are_kept_only_while_small_past_the_lowest_orders():
+    # A recurrence's rows (kind "row"): a buffer while it stays in cache, else recomputed
+    # in the readers; up to `unmarked_max_order` never a buffer.
+    least = taylax.CPU.rows_unmarked_min_bytes // 8
+    high = taylax.CPU.unmarked_max_order + 1
+    for kind in ("row", "row shield"):
+        assert not _unmarked(_lowered(_marked(kind, high), (least - 1,)))
+        assert _unmarked(_lowered(_marked(kind, high), (least,)))
+        assert not _unmarked(_lowered(jax.vmap(_marked(kind, high)), (least - 1,)))
+        assert _unmarked(_lowered(jax.vmap(_marked(kind, high)), (least,)))
+        assert _unmarked(_lowered(_marked(kind, taylax.CPU.unmarked_max_order), (3,)))
+    # The marking itself: a division for the row, a product for its shield.
+    assert "divide" in _lowered(_marked("row", high), (3,))
+    assert "multiply" in _lowered(_marked("row shield", high), (3,))
+
+
+def test_row_marks_follow_the_policy(emission):
+    emission(rows_unmarked_min_bytes=None)
+    assert not _unmarked(_lowered(_marked("row", taylax.CPU.unmarked_max_order + 1), (LARGE,)))
+    emission(mark_values=False)
+    assert _unmarked(_lowered(_marked("row", taylax.CPU.unmarked_max_order + 1), (3,)))

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import pytest
 
 import taylax
-from reference import assert_series_close, nested_jvp_derivatives
-from taylax import _compat
+from reference import all_equations, assert_series_close, nested_jvp_derivatives
+from taylax import _compat, _once
 
 pytestmark = pytest.mark.usefixtures("cpu_policy")
 
@@ -142,20 +142,28 @@ UNMARKED = {
 }
 
 
-def _marks(f, order, policy) -> int:
+def _marks(f, order, policy, kind="once") -> int:
+    """How many `taylax_computed_once` marks of `kind` the pass of `f` holds."""
     with taylax.emission_policy(policy):
-        return taylax.equation_counts(_pass_jaxpr(f, order)).get("taylax_computed_once", 0)
+        jaxpr = _pass_jaxpr(f, order)
+    once = _once.computed_once_p
+    return sum(e.primitive is once and e.params["kind"] == kind for e in all_equations(jaxpr))
 
 
 @pytest.mark.parametrize("name", list(UNMARKED))
 def test_rows_are_unmarked_where_the_field_says(name):
-    # At the field's bound the K rows 1..K go to no buffer; one order outside it they do.
+    # At the field's bound the K rows 1..K go to no buffer that is kept at every size:
+    # sin's partner rows to none at all, the Riccati and root rows to a mark lowered only
+    # while small (`test_once.py`). One order outside it they are all kept.
     f, field = UNMARKED[name]
     order = getattr(taylax.CPU, field)
     outside = order - 1 if field.endswith("_min_order") else order + 1
     marked = dataclasses.replace(taylax.CPU, **{field: None})
+    by_size = 0 if field == "partner_rows_unmarked_min_order" else order
     assert _marks(f, order, taylax.CPU) == _marks(f, order, marked) - order
+    assert _marks(f, order, taylax.CPU, "row") == by_size
     assert _marks(f, outside, taylax.CPU) == _marks(f, outside, marked)
+    assert _marks(f, outside, taylax.CPU, "row") == 0
 
 
 @pytest.mark.parametrize("name", list(UNMARKED))

@@ -15,6 +15,12 @@ therefore a primitive, `taylax_computed_once`, that is lowered as the marking di
 or as the value itself once its batched shape is known. It records the shape the pass
 traced (`traced_shape`), so that the lowering also knows whether `vmap` batched the value:
 at the lowest orders that decides (`stays_marked`).
+
+A mark of kind `"row"` (and its shield, `"row shield"`) is one a rule may leave off: a
+recurrence's rows that XLA can recompute in their readers. It is lowered marked only
+where the value is also smaller than the policy's `rows_unmarked_min_bytes`: a small
+buffer stays in cache and costs less than the recomputation, a large one is a pass over
+memory per row (docs/EMISSION.md, "Rows marked by size").
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ def mark(value, one, *, kind: str, pass_order: int | None):
     """Bind `taylax_computed_once` on `value` with `one` (an `opaque_one`, exactly 1).
 
     `kind="once"` marks `value` (lowered as `value / one`); `kind="shield"` protects a
-    marked value from XLA's division rewrites (lowered as `value * one`). `pass_order` is
-    the Taylor pass's order (None: always marked).
+    marked value from XLA's division rewrites (lowered as `value * one`); `"row"` and
+    `"row shield"` are the same for a value marked only while small (`stays_marked`).
+    `pass_order` is the Taylor pass's order (None: always marked).
     """
     if jnp.shape(one) != jnp.shape(value):
         one = jnp.broadcast_to(one, jnp.shape(value))
@@ -52,7 +59,7 @@ def unmarked_at_any_size(order: int | None, policy=None) -> bool:
     return order is not None and order <= policy.unmarked_any_size_max_order
 
 
-def stays_marked(aval, order: int | None, policy=None, traced_shape=None) -> bool:
+def stays_marked(aval, order: int | None, policy=None, traced_shape=None, kind="once") -> bool:
     """Whether a value of abstract type `aval` in a pass of `order` is lowered marked:
     always past the policy's `unmarked_max_order`, below it where the value is smaller
     than `unmarked_min_bytes` (a buffer of that size stays in cache).
@@ -63,11 +70,22 @@ def stays_marked(aval, order: int | None, policy=None, traced_shape=None) -> boo
     each point's rows share what they read. Lowered at its traced shape, it is marked
     while smaller than `unbatched_unmarked_min_bytes`: the output's rows are then
     written one after another, and unmarked each computed again what they share
-    (docs/EMISSION.md, "Values computed once")."""
+    (docs/EMISSION.md, "Values computed once").
+
+    A `"row"` mark (or its shield) is lowered marked only past `unmarked_max_order` and
+    where the value is smaller than `rows_unmarked_min_bytes` (None: at every size)."""
     policy = policy or _policy.current()
     if not policy.mark_values:
         return False
     size = math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
+    if kind.startswith("row"):
+        # Few rows read few buffers: up to `unmarked_max_order` recomputing them cost
+        # less at every size (docs/EMISSION.md, "Rows marked by size").
+        least = policy.rows_unmarked_min_bytes
+        if order is not None and order <= policy.unmarked_max_order:
+            return False
+        if least is not None and size >= least:
+            return False
     if unmarked_at_any_size(order, policy):
         least = policy.unbatched_unmarked_min_bytes
         unbatched = traced_shape is not None and tuple(aval.shape) == tuple(traced_shape)
@@ -79,7 +97,7 @@ def stays_marked(aval, order: int | None, policy=None, traced_shape=None) -> boo
 
 def _marked(value, one, *, kind, pass_order, traced_shape):
     del pass_order, traced_shape
-    if kind == "once":
+    if kind in ("once", "row"):
         return [value / one]
     if jnp.iscomplexobj(value):  # part by part: `inf * (1 + 0j)` has a nan part
         return [lax.complex(lax.real(value) * one, lax.imag(value) * one)]
@@ -92,7 +110,7 @@ _lower_marked = _compat.mlir.lower_fun(_marked, multiple_results=True)
 def _lower(ctx, value, one, *, kind, pass_order, traced_shape):
     # Lowered for a known platform: its policy decides, unless a user set one.
     policy = _policy.for_lowering(ctx.module_context.platforms)
-    if stays_marked(ctx.avals_in[0], pass_order, policy, traced_shape):
+    if stays_marked(ctx.avals_in[0], pass_order, policy, traced_shape, kind):
         return _lower_marked(
             ctx, value, one, kind=kind, pass_order=pass_order, traced_shape=traced_shape
         )

@@ -140,7 +140,10 @@ class EmissionPolicy:
     (their Riccati recurrence) are not marked either: XLA recomputes them in each kernel
     that reads them. None: marked past `unmarked_any_size_max_order` like other rows.
     `root_rows_unmarked_max_order`: the same for the rows of `sqrt` of a series of full
-    degree (`y^2 = x`).
+    degree (`y^2 = x`). Those rows, tanh's and the logistic's are still marked where
+    smaller than `rows_unmarked_min_bytes` when the program is lowered (a small
+    network's layer, where a buffer stays in cache; never up to `unmarked_max_order`);
+    None: marked at every size.
 
     **Products of series matrices** (`taylax._rules._linalg`): one dot per pair of rows
     up to `pair_dots_max_degree` from `pair_dots_min_work` multiply-adds; one dot per row
@@ -263,6 +266,7 @@ class EmissionPolicy:
     partner_rows_unmarked_min_order: int | None = 5
     riccati_rows_unmarked_max_order: int | None = 8
     root_rows_unmarked_max_order: int | None = 12
+    rows_unmarked_min_bytes: int | None = 1 << 15
     pair_dots_max_degree: int = 8
     pair_dots_min_work: int = 1 << 15
     row_dots_max_degree: int = 8

@@ -26,7 +26,7 @@ def opaque_one(source: Array) -> Array:
     return 1 + jnp.zeros((), real) * same
 
 
-def computed_once(value: Array, one: Array) -> Array:
+def computed_once(value: Array, one: Array, *, while_small: bool = False) -> Array:
     """`value` unchanged, marked so that XLA computes it once instead of in every reader.
 
     XLA copies cheap elementwise producers (sin, cos, products and sums) into each kernel
@@ -37,12 +37,17 @@ def computed_once(value: Array, one: Array) -> Array:
     must take it through `shielded`. Large values in passes of low order stay unmarked
     (`taylax._once`: decided when the program is lowered, from the batched shape), and
     so does every value of a pass that compiles into one kernel (`one_kernel_pass`).
+
+    `while_small=True` marks a value that XLA may as well recompute in its readers (a
+    recurrence's row): it is lowered marked only while smaller than the policy's
+    `rows_unmarked_min_bytes`, where a buffer stays in cache (`taylax._once`).
     """
     if one_kernel_pass():
         return value
     one = one.astype(jnp.result_type(value))
-    out = _once.mark(value, one, kind="once", pass_order=pass_order())
-    return _ONCE.mark(out)
+    kind = "row" if while_small else "once"
+    out = _once.mark(value, one, kind=kind, pass_order=pass_order())
+    return _ONCE.mark(out, kind)
 
 
 def once(value: Array) -> Array:
@@ -92,4 +97,5 @@ def shielded(x: Array) -> Array:
     """
     if x not in _ONCE:
         return x
-    return _once.mark(x, opaque_one(x), kind="shield", pass_order=pass_order())
+    kind = "row shield" if _ONCE.get(x) == "row" else "shield"
+    return _once.mark(x, opaque_one(x), kind=kind, pass_order=pass_order())

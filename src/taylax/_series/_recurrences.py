@@ -375,6 +375,12 @@ def folded_square_terms(ys: list[Array], k: int) -> list[Array]:
     return terms
 
 
+def _rows_while_small(bound: int | None, order: int) -> bool:
+    """Whether a recurrence of `order` whose rows a policy field leaves unmarked up to
+    `bound` (None: never) marks them only while small (`computed_once`'s `while_small`)."""
+    return bound is not None and order <= bound
+
+
 def square_root(x: Array, y0: Array, order: int) -> Array:
     """`y = sqrt(x)` from `y^2 = x`: `y_k = (x_k - sum_{0<i<k} y_i y_{k-i}) / (2 y_0)`.
 
@@ -383,12 +389,12 @@ def square_root(x: Array, y0: Array, order: int) -> Array:
     at K = 16"). Over a polynomial of low degree `power` sums fewer (min(k, degree)
     terms), so callers keep it there. Unrolled only (`unrolled`).
 
-    Up to the policy's `root_rows_unmarked_max_order` the rows past `y_0` are left for XLA
-    to fuse into their readers, as `_riccati`'s are; past it each is computed once
-    (docs/EMISSION.md, "tanh's rows unmarked").
+    Up to the policy's `root_rows_unmarked_max_order` the rows past `y_0` are marked only
+    while small (`computed_once(..., while_small=True)`), as `_riccati`'s are: large, XLA
+    fuses them into their readers; past it each is computed once (docs/EMISSION.md,
+    "tanh's rows unmarked").
     """
-    bound = _policy.current().root_rows_unmarked_max_order
-    rows_once = bound is None or order > bound
+    while_small = _rows_while_small(_policy.current().root_rows_unmarked_max_order, order)
     dtype = jnp.result_type(x, y0)
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(y0))
     xs = rows_of(x.astype(dtype), order + 1)
@@ -406,7 +412,7 @@ def square_root(x: Array, y0: Array, order: int) -> Array:
         if top is None:
             ys.append(jnp.zeros(shape, dtype))
         else:
-            ys.append(computed_once(top * reciprocal, one) if rows_once else top * reciprocal)
+            ys.append(computed_once(top * reciprocal, one, while_small=while_small))
     return stack_rows_as(ys, shape, dtype)
 
 
@@ -476,12 +482,10 @@ def _riccati(x: Array, y0, slope, linear: float, order: int, rows_once: bool) ->
     its neighbours. Read as one stack instead, unmarked rows are recomputed in every
     later row (docs/EMISSION.md, "Recurrences"); up to the policy's
     `riccati_rows_unmarked_max_order` that recomputation costs less than a kernel and a
-    buffer per row, and they stay unmarked too (docs/EMISSION.md, "tanh's rows
-    unmarked").
+    buffer per row for large values, and they are marked only while small
+    (docs/EMISSION.md, "tanh's rows unmarked", "Rows marked by size").
     """
-    bound = _policy.current().riccati_rows_unmarked_max_order
-    if bound is not None and order <= bound:
-        rows_once = False
+    while_small = _rows_while_small(_policy.current().riccati_rows_unmarked_max_order, order)
     dtype = jnp.result_type(x, y0)
     shape = jnp.broadcast_shapes(x.shape[1:], jnp.shape(y0))
     xs, jx = derivative_rows(x, dtype, order)
@@ -494,7 +498,8 @@ def _riccati(x: Array, y0, slope, linear: float, order: int, rows_once: bool) ->
         if acc is None:
             ys.append(jnp.zeros(shape, dtype))
         else:
-            ys.append(computed_once(acc / float(k), one) if rows_once else acc / float(k))
+            row = acc / float(k)
+            ys.append(computed_once(row, one, while_small=while_small) if rows_once else row)
         if k < order:
             terms = folded_square_terms(ys, k)
             # (linear - 2 y_0) y_k: one product, as `2 y_0 y_k` alone was for tanh.
