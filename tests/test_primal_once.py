@@ -139,6 +139,11 @@ UNMARKED = {
         lambda t: jnp.sqrt(1.5 + jnp.tanh(jnp.log1p(t * t))),
         "root_rows_unmarked_max_order",
     ),
+    "a quotient": (lambda t: jnp.sin(t) / (2 + jnp.exp(t) * t), "quotient_rows_unmarked_max_order"),
+    "cos of a quotient": (
+        lambda t: jnp.cos(jnp.exp(0.3 * t) / (2 + t**3)),
+        "quotient_rows_unmarked_max_order",
+    ),
 }
 
 
@@ -161,9 +166,9 @@ def test_rows_are_unmarked_where_the_field_says(name):
     marked = dataclasses.replace(taylax.CPU, **{field: None})
     by_size = 0 if field == "partner_rows_unmarked_min_order" else order
     assert _marks(f, order, taylax.CPU) == _marks(f, order, marked) - order
-    assert _marks(f, order, taylax.CPU, "row") == by_size
+    assert _marks(f, order, taylax.CPU, "row") == _marks(f, order, marked, "row") + by_size
     assert _marks(f, outside, taylax.CPU) == _marks(f, outside, marked)
-    assert _marks(f, outside, taylax.CPU, "row") == 0
+    assert _marks(f, outside, taylax.CPU, "row") == _marks(f, outside, marked, "row")
 
 
 @pytest.mark.parametrize("name", list(UNMARKED))

@@ -277,7 +277,15 @@ def divide(a: Array, b: Array, order: int, q0: Array | None = None) -> Array:
 
 
 def _divide_rows(a: Array, b: Array, order: int, q0, shape, dtype) -> list[Array]:
-    """The rows of `a / b`, unrolled: `q_k = (a_k - sum_{j=1..k} b_j q_{k-j}) / b_0`."""
+    """The rows of `a / b`, unrolled: `q_k = (a_k - sum_{j=1..k} b_j q_{k-j}) / b_0`.
+
+    Past `unmarked_max_order` and up to the policy's `quotient_rows_unmarked_max_order`
+    the rows are marked only while small, as `_riccati`'s (docs/EMISSION.md, "A
+    quotient's rows by size")."""
+    policy = _policy.current()
+    while_small = order > policy.unmarked_max_order and _rows_while_small(
+        policy.quotient_rows_unmarked_max_order, order
+    )
     a_rows = rows_of(a.astype(dtype), order + 1)
     b_rows = rows_of(b.astype(dtype), order + 1)
     b0 = shielded(b_rows[0])
@@ -303,7 +311,7 @@ def _divide_rows(a: Array, b: Array, order: int, q0, shape, dtype) -> list[Array
         if top is None:
             q.append(jnp.zeros(shape, dtype))
             continue
-        q.append(computed_once(shielded(top) * reciprocal, one))
+        q.append(computed_once(shielded(top) * reciprocal, one, while_small=while_small))
     return q
 
 
