@@ -171,13 +171,18 @@ def test_rows_are_unmarked_where_the_field_says(name):
     assert _marks(f, outside, taylax.CPU, "row") == _marks(f, outside, marked, "row")
 
 
+# Row marks lowered as the values at every size: seven points would keep them buffers.
+ROWS_UNMARKED = dataclasses.replace(taylax.CPU, name="rows-unmarked", rows_unmarked_min_bytes=0)
+
+
 @pytest.mark.parametrize("name", list(UNMARKED))
 @pytest.mark.parametrize("order", [5, 8])
 def test_unmarked_rows_agree_with_nested_jvp(name, order):
     # Nested jvp's program grows exponentially in the order: 8 stays quick.
     f = UNMARKED[name][0]
     t = jnp.linspace(-0.8, 0.8, 7)
-    got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
+    with taylax.emission_policy(ROWS_UNMARKED):
+        got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
     want = nested_jvp_derivatives(f, t, jnp.ones_like(t), order)
     assert_series_close(got.T, want, rtol=1e-12)
 
@@ -188,7 +193,20 @@ def test_unmarked_rows_agree_with_marked_ones_at_the_field(name):
     f, field = UNMARKED[name]
     order = getattr(taylax.CPU, field)
     t = jnp.linspace(-0.8, 0.8, 7)
-    got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
+    with taylax.emission_policy(ROWS_UNMARKED):
+        got = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
     with taylax.emission_policy(dataclasses.replace(taylax.CPU, **{field: None})):
         want = jax.jit(jax.vmap(taylax.derivatives(f, order)))(t)
     assert_series_close(got, want, rtol=1e-12)
+
+
+def test_row_marks_follow_the_lowered_size():
+    # The rows of tanh at K = 8 under vmap: buffers over a few points, values over many.
+    f, order = UNMARKED["tanh of log1p"][0], taylax.CPU.riccati_rows_unmarked_max_order
+    least = taylax.CPU.rows_unmarked_min_bytes // 8
+    d = jax.jit(jax.vmap(taylax.derivatives(f, order)))
+
+    def divisions(points):
+        return d.lower(jax.ShapeDtypeStruct((points,), jnp.float64)).as_text().count("divide")
+
+    assert divisions(least - 1) >= divisions(least) + order
