@@ -118,9 +118,9 @@ def test_marked_passes_agree_with_nested_jvp():
 
 # Recurrences whose rows are left for XLA to recompute in their readers, by the policy
 # field that bounds it (docs/EMISSION.md, "Only the wanted rows of sin/cos" and "tanh's
-# rows unmarked, and sqrt's"): sin's recurrence reads cos's rows (`partner_..._min_order`:
-# from the field's order), tanh's, the logistic's and sqrt's read their own (`..._max_order`:
-# up to it).
+# rows unmarked, and sqrt's", "A quotient's rows by size"): sin's recurrence reads cos's
+# rows (`partner_..._min_order`: from the field's order), tanh's, the logistic's, sqrt's and
+# a quotient's read their own (`..._max_order`: up to it).
 UNMARKED = {
     "sin of exp": (lambda t: jnp.sin(jnp.exp(t)), "partner_rows_unmarked_min_order"),
     "cos of a product": (lambda t: jnp.cos(jnp.cos(t) * t), "partner_rows_unmarked_min_order"),
@@ -158,8 +158,8 @@ def _marks(f, order, policy, kind="once") -> int:
 @pytest.mark.parametrize("name", list(UNMARKED))
 def test_rows_are_unmarked_where_the_field_says(name):
     # At the field's bound the K rows 1..K go to no buffer that is kept at every size:
-    # sin's partner rows to none at all, the Riccati and root rows to a mark lowered only
-    # while small (`test_once.py`). One order outside it they are all kept.
+    # sin's partner rows to none at all, the Riccati, root and quotient rows to a mark
+    # lowered only while small (`test_once.py`). One order outside it they are all kept.
     f, field = UNMARKED[name]
     order = getattr(taylax.CPU, field)
     outside = order - 1 if field.endswith("_min_order") else order + 1

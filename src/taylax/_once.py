@@ -82,10 +82,8 @@ def stays_marked(aval, order: int | None, policy=None, traced_shape=None, kind="
         # Few rows read few buffers: up to `unmarked_max_order` recomputing them cost
         # less at every size (docs/EMISSION.md, "Rows marked by size").
         least = policy.rows_unmarked_min_bytes
-        if order is not None and order <= policy.unmarked_max_order:
-            return False
-        if least is not None and size >= least:
-            return False
+        past_lowest = order is None or order > policy.unmarked_max_order
+        return past_lowest and (least is None or size < least)
     if unmarked_at_any_size(order, policy):
         least = policy.unbatched_unmarked_min_bytes
         unbatched = traced_shape is not None and tuple(aval.shape) == tuple(traced_shape)
