@@ -339,6 +339,17 @@ def all_equations(jaxpr):
             yield from all_equations(sub)
 
 
+def computed_once_marks(jaxpr, kind: str | None = None, where=lambda eqn: True) -> int:
+    """How many `taylax_computed_once` marks `jaxpr` holds, sub-jaxprs included: of `kind`
+    (`"once"`, `"row"`, ...) when given, and only those for which `where(eqn)` holds."""
+    return sum(
+        eqn.primitive.name == "taylax_computed_once"
+        and (kind is None or eqn.params["kind"] == kind)
+        and where(eqn)
+        for eqn in all_equations(jaxpr)
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Compiled structure.
 # --------------------------------------------------------------------------------------------

@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 import taylax
-from reference import entry_kernels, nested_jvp_derivatives, xla_cpu_only
+from reference import computed_once_marks, entry_kernels, nested_jvp_derivatives, xla_cpu_only
 from taylax import _one_kernel
-from taylax._count import iter_equations
 
 
 def _seed(t):
@@ -99,8 +98,7 @@ def test_arrays_several_outputs_and_integers_do_not_fit():
 
 
 def _marks(f, order):
-    closed = jax.make_jaxpr(taylax.derivatives(f, order))(0.5)
-    return sum(e.primitive.name == "taylax_computed_once" for e in iter_equations(closed))
+    return computed_once_marks(jax.make_jaxpr(taylax.derivatives(f, order))(0.5))
 
 
 @pytest.mark.parametrize("order", [3, 4])
@@ -165,10 +163,8 @@ def test_an_inner_jit_is_emitted_for_the_pass_that_calls_it():
 
     def complex_marks(f):
         closed = jax.make_jaxpr(taylax.derivatives(f, 4))(0.5)
-        return sum(
-            e.primitive.name == "taylax_computed_once"
-            and jnp.issubdtype(e.outvars[0].aval.dtype, jnp.complexfloating)
-            for e in iter_equations(closed)
+        return computed_once_marks(
+            closed, where=lambda e: jnp.issubdtype(e.outvars[0].aval.dtype, jnp.complexfloating)
         )
 
     # `exp` of a sine keeps the pass from being one kernel: the inner jit's sin(u) and the
