@@ -181,6 +181,20 @@ def test_row_marks_are_kept_only_while_small_past_the_lowest_orders():
     assert "multiply" in _lowered(_marked("row shield", high), (3,))
 
 
+def test_point_row_marks_are_rows_under_vmap_and_buffers_over_whole_arrays():
+    # A quotient's rows by a series (kind "point row"): kept as "row" marks where vmap
+    # batched them, always a buffer at the shape the pass traced (a whole array's pass).
+    least = taylax.CPU.rows_unmarked_min_bytes // 8
+    high = taylax.CPU.unmarked_max_order + 1
+    for kind in ("point row", "point row shield"):
+        assert not _unmarked(_lowered(jax.vmap(_marked(kind, high)), (least - 1,)))
+        assert _unmarked(_lowered(jax.vmap(_marked(kind, high)), (least,)))
+        assert not _unmarked(_lowered(_marked(kind, high), (LARGE,)))
+        assert _unmarked(_lowered(_marked(kind, taylax.CPU.unmarked_max_order), (LARGE,)))
+    assert "divide" in _lowered(_marked("point row", high), (3,))
+    assert "multiply" in _lowered(_marked("point row shield", high), (3,))
+
+
 def test_row_marks_follow_the_policy(emission):
     emission(rows_unmarked_min_bytes=None)
     assert not _unmarked(_lowered(_marked("row", taylax.CPU.unmarked_max_order + 1), (LARGE,)))

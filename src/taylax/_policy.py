@@ -141,7 +141,10 @@ class EmissionPolicy:
     that reads them. None: marked past `unmarked_any_size_max_order` like other rows.
     `root_rows_unmarked_max_order`: the same for the rows of `sqrt` of a series of full
     degree (`y^2 = x`); `quotient_rows_unmarked_max_order` for a quotient's rows, past
-    `unmarked_max_order`. Those rows, tanh's and the logistic's are still marked where
+    `unmarked_max_order`, and `series_quotient_rows_unmarked_max_order` for those of a
+    quotient by a series of full degree (`sin t / (2 + cos t)`, `tan`: each row reads every
+    row before it, where a polynomial's few coefficients give few reads). Those rows,
+    tanh's and the logistic's are still marked where
     smaller than `rows_unmarked_min_bytes` when the program is lowered (a small
     network's layer, where a buffer stays in cache; never up to `unmarked_max_order`);
     None: marked at every size.
@@ -268,6 +271,7 @@ class EmissionPolicy:
     riccati_rows_unmarked_max_order: int | None = 8
     root_rows_unmarked_max_order: int | None = 12
     quotient_rows_unmarked_max_order: int | None = 8
+    series_quotient_rows_unmarked_max_order: int | None = 10
     rows_unmarked_min_bytes: int | None = 1 << 15
     pair_dots_max_degree: int = 8
     pair_dots_min_work: int = 1 << 15
@@ -412,6 +416,7 @@ GPU = EmissionPolicy(
     riccati_rows_unmarked_max_order=None,
     root_rows_unmarked_max_order=None,
     quotient_rows_unmarked_max_order=None,
+    series_quotient_rows_unmarked_max_order=None,
     one_kernel_of_polynomials=False,
     blocked_directions=False,
     fallback_check_apart=True,

@@ -26,7 +26,9 @@ def opaque_one(source: Array) -> Array:
     return 1 + jnp.zeros((), real) * same
 
 
-def computed_once(value: Array, one: Array, *, while_small: bool = False) -> Array:
+def computed_once(
+    value: Array, one: Array, *, while_small: bool = False, per_point: bool = False
+) -> Array:
     """`value` unchanged, marked so that XLA computes it once instead of in every reader.
 
     XLA copies cheap elementwise producers (sin, cos, products and sums) into each kernel
@@ -40,12 +42,14 @@ def computed_once(value: Array, one: Array, *, while_small: bool = False) -> Arr
 
     `while_small=True` marks a value that XLA may as well recompute in its readers (a
     recurrence's row): it is lowered marked only while smaller than the policy's
-    `rows_unmarked_min_bytes`, where a buffer stays in cache (`taylax._once`).
+    `rows_unmarked_min_bytes`, where a buffer stays in cache (`taylax._once`); with
+    `per_point=True` too, only where `jax.vmap` batched it after tracing (a pass at one
+    point), and always at the shape traced (a whole array's pass).
     """
     if one_kernel_pass():
         return value
     one = one.astype(jnp.result_type(value))
-    kind = "row" if while_small else "once"
+    kind = ("point row" if per_point else "row") if while_small else "once"
     out = _once.mark(value, one, kind=kind, pass_order=pass_order())
     return _ONCE.mark(out, kind)
 
@@ -97,5 +101,6 @@ def shielded(x: Array) -> Array:
     """
     if x not in _ONCE:
         return x
-    kind = "row shield" if _ONCE.get(x) == "row" else "shield"
+    marked = _ONCE.get(x)
+    kind = f"{marked} shield" if marked in ("row", "point row") else "shield"
     return _once.mark(x, opaque_one(x), kind=kind, pass_order=pass_order())

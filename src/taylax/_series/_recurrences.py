@@ -281,11 +281,21 @@ def _divide_rows(a: Array, b: Array, order: int, q0, shape, dtype) -> list[Array
 
     Past `unmarked_max_order` and up to the policy's `quotient_rows_unmarked_max_order`
     the rows are marked only while small, as `_riccati`'s (docs/EMISSION.md, "A
-    quotient's rows by size")."""
+    quotient's rows by size"); by a series of full degree, up to its
+    `series_quotient_rows_unmarked_max_order`, counted in the pass's order ("A quotient
+    by a series")."""
     policy = _policy.current()
-    while_small = order > policy.unmarked_max_order and _rows_while_small(
-        policy.quotient_rows_unmarked_max_order, order
-    )
+    bound, reach = policy.quotient_rows_unmarked_max_order, order
+    by_series = degree_of(b) >= order
+    if by_series:
+        # A divisor of full degree (a transcendental's series): each row reads every row
+        # before it, as tanh's do, where a polynomial's few coefficients give few reads.
+        # Bounded by the pass's order: `log` and `atan` divide at one order less, and in a
+        # pass of order 11 their rows of order 10 unmarked read 1.24-1.40x slower. Only
+        # at one point under `vmap` (`per_point`): over a whole array, slower unmarked.
+        bound = policy.series_quotient_rows_unmarked_max_order
+        reach = max(order, pass_order() or 0)
+    while_small = order > policy.unmarked_max_order and _rows_while_small(bound, reach)
     a_rows = rows_of(a.astype(dtype), order + 1)
     b_rows = rows_of(b.astype(dtype), order + 1)
     b0 = shielded(b_rows[0])
@@ -311,7 +321,8 @@ def _divide_rows(a: Array, b: Array, order: int, q0, shape, dtype) -> list[Array
         if top is None:
             q.append(jnp.zeros(shape, dtype))
             continue
-        q.append(computed_once(shielded(top) * reciprocal, one, while_small=while_small))
+        row = shielded(top) * reciprocal
+        q.append(computed_once(row, one, while_small=while_small, per_point=by_series))
     return q
 
 
