@@ -12,11 +12,7 @@ import jax.numpy as jnp
 import pytest
 
 import taylax
-from reference import (
-    assert_series_close,
-    computed_once_marks,
-    nested_jvp_derivatives,
-)
+from reference import assert_series_close, computed_once_marks, nested_jvp_derivatives
 from taylax import _compat
 
 pytestmark = pytest.mark.usefixtures("cpu_policy")

@@ -43,7 +43,8 @@ def mark(value, one, *, kind: str, pass_order: int | None):
 
     `kind="once"` marks `value` (lowered as `value / one`); `kind="shield"` protects a
     marked value from XLA's division rewrites (lowered as `value * one`); `"row"` and
-    `"row shield"` are the same for a value marked only while small (`stays_marked`).
+    `"row shield"` are the same for a value marked only while small, `"point row"` and
+    `"point row shield"` for one marked so only where `vmap` batched it (`stays_marked`).
     `pass_order` is the Taylor pass's order (None: always marked).
     """
     if jnp.shape(one) != jnp.shape(value):

@@ -143,9 +143,9 @@ class EmissionPolicy:
     degree (`y^2 = x`); `quotient_rows_unmarked_max_order` for a quotient's rows, past
     `unmarked_max_order`, and `series_quotient_rows_unmarked_max_order` for those of a
     quotient by a series of full degree (`sin t / (2 + cos t)`, `tan`: each row reads every
-    row before it, where a polynomial's few coefficients give few reads). Those rows,
-    tanh's and the logistic's are still marked where
-    smaller than `rows_unmarked_min_bytes` when the program is lowered (a small
+    row before it, where a polynomial's few coefficients give few reads; over a whole
+    array they stay marked). Those rows, tanh's and the logistic's are still marked
+    where smaller than `rows_unmarked_min_bytes` when the program is lowered (a small
     network's layer, where a buffer stays in cache; never up to `unmarked_max_order`);
     None: marked at every size.
 
