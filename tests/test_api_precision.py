@@ -151,6 +151,20 @@ def test_float64_every_order_up_to_250(name):
     )
 
 
+@pytest.mark.parametrize("order", [8, 10, 11, 13, 14, 15, 16])
+def test_float64_tanh_along_a_line_across_the_real_line(order):
+    # Along a line tanh's coefficients are polynomials in sech^2 (times tanh) up to order
+    # 14, then the recurrence. In powers of tanh itself they cancel where tanh saturates
+    # and failed this from order 8 (1,564 ulps per order at 10; benchmarks/
+    # tanh_line_bases.py); the tolerance is the module's for tanh.
+    xs = np.array([*np.linspace(-6.0, 6.0, 25), 7.0, -9.0, 12.0, -18.0])
+    got = np.asarray(jax.jit(jax.vmap(taylax.derivatives(jnp.tanh, order)))(jnp.asarray(xs)))
+    growth = FUNCTIONS["tanh"][2]
+    for x, row in zip(xs, got):
+        want = [c * mpmath.factorial(k) for k, c in enumerate(_tanh_coefficients(x, order + 1))]
+        assert_matches_where_representable(row, want, jnp.float64, growth, f"x={x}")
+
+
 @pytest.mark.parametrize(
     "dtype, order", [(jnp.float16, 9), (jnp.bfloat16, 40)], ids=["float16", "bfloat16"]
 )

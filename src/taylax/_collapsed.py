@@ -48,7 +48,7 @@ from jax import lax
 from . import _compat, _policy, _rules  # noqa: F401  (_rules registers the built-in rules)
 from ._elementwise import bind_one, is_elementwise, of_varying
 from ._interpret import carries_derivative, missing_rule, rule_result, taylor_rules
-from ._rules._common import line_coefficients, linear_inputs
+from ._rules._common import line_coefficients, line_reaches, linear_inputs
 from ._series import Series, pad_degree
 
 Array = jax.Array
@@ -345,7 +345,7 @@ def _along_line(eqn, xs: Sequence[Collapsed], primal, order: int, weights, summe
         return None
     x = xs[0]
     entry = line_coefficients.get(eqn.primitive)
-    if entry is None or (entry[1] is not None and order > entry[1]):
+    if entry is None or not line_reaches(entry[1], order, jnp.result_type(x.primal)):
         return None
     d = entry[0](x.primal, order).astype(x.lower.dtype)  # (K+1, *S): once, unbatched
     return _compose_line(x, d, primal, order, weights, summed)

@@ -50,9 +50,20 @@ def bind_primal(primitive: Primitive, xs: Sequence[Series], params: dict):
 # (`taylax._collapsed`) apply these to every coefficient at once instead of per direction.
 linear_inputs: dict[Primitive, Callable[[int, Series], bool]] = {}
 
+# The order a closed form along a line is accurate to: a number, None for any order, or
+# a function of the input's dtype giving one (tanh's basis suits real values only).
+LineMaxOrder = int | None | Callable[[np.dtype], int | None]
+
 # Elementwise functions with a closed form along a line: `line_coeffs(x0, order)` gives
-# `f^(k)(x0)/k!` for k = 0..order, accurate up to the order given (None: any order).
-line_coefficients: dict[Primitive, tuple[Callable, int | None]] = {}
+# `f^(k)(x0)/k!` for k = 0..order, accurate up to the order given (`line_reaches`).
+line_coefficients: dict[Primitive, tuple[Callable, LineMaxOrder]] = {}
+
+
+def line_reaches(max_order: LineMaxOrder, order: int, dtype) -> bool:
+    """Whether a closed form accurate up to `max_order` serves `order` for `dtype`."""
+    if callable(max_order):
+        max_order = max_order(np.dtype(dtype))
+    return max_order is None or order <= max_order
 
 
 def deflinear(primitive: Primitive, linear: Callable[[int, Series], bool] | None = None) -> None:

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import functools
 import math
-from fractions import Fraction
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import _compat, _pass, _policy, _series
+from .. import _compat, _pass, _series
 from .._interpret import register_rule, taylor_rules
 from .._pass import read_row_by_row
 from .._series import Array, Series
+from . import _riccati_lines
 from ._arithmetic import log_series
-from ._common import line_coefficients, over_element_chunks
+from ._common import LineMaxOrder, line_coefficients, line_reaches, over_element_chunks
 
 
 def _full(x: Series, order: int):
@@ -88,12 +88,13 @@ def _trig_cycle(sin0, cos0, index: int, order: int, scale: float = 1.0):
     return a * sin0[None] + b * cos0[None]
 
 
-def univariate(prim, line_coeffs, general, line_max_order: int | None = None):
+def univariate(prim, line_coeffs, general, line_max_order: LineMaxOrder = None):
     """Register `prim` with a closed form along a line and an ODE rule otherwise.
 
     `line_coeffs(x0, order, scale=1.0)` gives `f^(k)(x0) scale^k / k!` stacked; it
     serves inputs of degree 1 (seeds and affine functions of them) with no recurrence
-    at all, up to `line_max_order` when the closed form is only accurate that far.
+    at all, up to `line_max_order` when the closed form is only accurate that far (a
+    number, or a function of the dtype giving one: `_common.line_reaches`).
     `general(order, x)` handles everything else, chunk by chunk on large arrays.
 
     A line whose direction is a known number takes the closed form at any order (the
@@ -105,7 +106,7 @@ def univariate(prim, line_coeffs, general, line_max_order: int | None = None):
     line_coefficients[prim] = (line_coeffs, line_max_order)
 
     def rule(order, x, **params):
-        if x.degree == 1 and (line_max_order is None or order <= line_max_order):
+        if x.degree == 1 and line_reaches(line_max_order, order, x.dtype):
             known = _series.line_direction(x.coeffs) is not None
             if known or _series.derivative_scale(order, x.dtype) == 1.0:
                 line = functools.partial(line_coeffs, x.primal, order)
@@ -207,84 +208,6 @@ univariate(lax.sinh_p, *_pair("hyp", 0))
 univariate(lax.cosh_p, *_pair("hyp", 1))
 
 
-# Along a line, the derivatives of tanh, logistic and tan are polynomials in the
-# function's own value: f^(k) = P_k(y) with P_0 = y, P_{k+1} = P_k' * g(y). Their
-# coefficients are exact integers, evaluated in float64 with one small matmul. The
-# monomial basis loses accuracy as the coefficients grow (about 1.3^k for tanh), so
-# it is used up to these orders (measured against the recurrence: tanh agrees to
-# 2e-13 at order 10 but only 6e-10 at 16; tan to 2e-15 at 16) and the recurrence beyond.
-_POLYNOMIAL_MAX_ORDER = {"tanh": 10, "tan": 16}
-_RICCATI = {"tanh": (1, 0, -1), "tan": (1, 0, 1)}
-
-
-@functools.cache
-def _derivative_polynomials(kind: str, order: int) -> np.ndarray:
-    """`C[k, j]`: coefficient of `y^j` in `P_{k-1}'(y) / k!`, so `f^(k)/k! = g(y) C[k] . y^j`.
-
-    Factoring out `g(y)` (`1 - y^2` for tanh) and computing it accurately keeps
-    the small values far from 0 (tanh near 1) free of cancellation.
-    """
-    g = _RICCATI[kind]
-    poly = [0, 1]
-    table = np.zeros((order + 1, order + 2))
-    for k in range(1, order + 1):
-        deriv = [i * poly[i] for i in range(1, len(poly))]
-        for j, c in enumerate(deriv):
-            table[k, j] = float(Fraction(c, math.factorial(k)))
-        nxt = [0] * (len(deriv) + len(g) - 1)
-        for i, a in enumerate(deriv):
-            for j, b in enumerate(g):
-                nxt[i + j] += a * b
-        poly = nxt
-    return table
-
-
-def _riccati_factor(kind: str, x0, y0):
-    """`g(f(x0))` computed without cancellation."""
-    if kind == "tanh":
-        return _series.sech_squared(x0)
-    return 1 + y0 * y0
-
-
-def _polynomial_line(kind: str, x0, y0, order: int, scale: float = 1.0):
-    table = _derivative_polynomials(kind, order)
-    dtype = jnp.result_type(y0)
-    if order <= _policy.current().polynomial_rows_max_order:
-        return _polynomial_line_rows(table, kind, x0, jnp.asarray(y0, dtype), scale)
-    # Scaled adds `sum_j C[:, j] y0^j` (Horner in y0), not a matmul over the table: one
-    # fused elementwise kernel; as a (K+1, K+2) dot it ran as a general matmul per element.
-    column_shape = (order + 1,) + (1,) * jnp.ndim(y0)
-    d = None
-    for j in reversed(range(table.shape[1])):
-        column = jnp.asarray(table[:, j].reshape(column_shape), dtype)
-        d = column if d is None else d * y0[None] + column
-    d = d * _riccati_factor(kind, x0, y0)[None]
-    return _series.with_primal(d if scale == 1.0 else _series.times_powers(d, scale), y0)
-
-
-def _polynomial_line_rows(table: np.ndarray, kind: str, x0, y0, scale: float):
-    """`_polynomial_line` row by row (`_series.known_rows`): row k is `g(y0) P_k(y0) scale^k`,
-    `P_k` by Horner's rule with number coefficients. Readers take each row's few
-    products fused; as one stacked expression XLA built the stack and read tanh and the
-    slope from buffers of their own, kernels that nested jvp does not have
-    (docs/EMISSION.md, "Rows")."""
-    slope = _riccati_factor(kind, x0, y0)
-    rows = [y0]
-    for k in range(1, table.shape[0]):
-        # Python floats, weakly typed: a NumPy scalar would promote float32 rows to float64.
-        coeffs = [float(c) for c in table[k] * scale**k]
-        nonzero = [j for j, c in enumerate(coeffs) if c]
-        if not nonzero:  # a line of slope 0 (`scale == 0`): every derivative is 0
-            rows.append(jnp.zeros_like(y0))
-            continue
-        last = nonzero[-1]
-        poly = jnp.full_like(y0, coeffs[last])
-        for j in reversed(range(last)):
-            poly = poly * y0 + coeffs[j] if coeffs[j] else poly * y0
-        rows.append(slope * poly)
-    return _series.stack_rows(rows)
-
-
 def _tanh(order, x):
     return Series(_series.tanh(x.coeffs, lax.tanh(x.primal), order))
 
@@ -309,11 +232,11 @@ def _tan(order, x):
     return Series(_series.divide(s, c, order, q0=lax.tan(x.primal)))
 
 
-def _polynomial_line_of(fn, kind: str):
-    return lambda x0, order, scale=1.0: _polynomial_line(kind, x0, fn(x0), order, scale)
+def _tanh_line_max_order(dtype) -> int:
+    return _riccati_lines.TANH_MAX_ORDER["complex" if dtype.kind == "c" else "real"]
 
 
-univariate(lax.tanh_p, _polynomial_line_of(lax.tanh, "tanh"), _tanh, _POLYNOMIAL_MAX_ORDER["tanh"])
+univariate(lax.tanh_p, _riccati_lines.tanh_line, _tanh, _tanh_line_max_order)
 _tanh_line_or_general = taylor_rules[lax.tanh_p]
 
 
@@ -331,7 +254,7 @@ def _tanh_rule(order, x, **params):
     return _tanh_line_or_general(order, x, **params)
 
 
-univariate(lax.tan_p, _polynomial_line_of(lax.tan, "tan"), _tan, _POLYNOMIAL_MAX_ORDER["tan"])
+univariate(lax.tan_p, _riccati_lines.tan_line, _tan, _riccati_lines.TAN_MAX_ORDER)
 register_rule(lax.logistic_p)(_logistic)
 
 
