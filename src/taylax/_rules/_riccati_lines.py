@@ -105,16 +105,11 @@ def tanh_line(x0, order: int, scale: float = 1.0):
             row = z * _horner(table[k] * scale**k, z)
             rows.append(row * y0 if k % 2 == 0 else row)
         return _series.stack_rows(rows)
-    # Horner in z over whole columns (one fused elementwise kernel, as for tan), then
-    # the factor `z` and, on the even rows, `y`: `z (e y + o)`, `e` and `o` the rows'
-    # parities as numbers.
+    # Horner in z over whole columns, then the factor `z` and, on the even rows, `y`:
+    # `z (e y + o)`, `e` and `o` the rows' parities as numbers.
     dtype = jnp.result_type(y0)
-    column_shape = (order + 1,) + (1,) * jnp.ndim(y0)
-    d = None
-    for i in reversed(range(table.shape[1])):
-        column = jnp.asarray(table[:, i].reshape(column_shape), dtype)
-        d = column if d is None else d * z[None] + column
-    even = (np.arange(order + 1) % 2 == 0).astype(np.float64).reshape(column_shape)
+    d = _columns_horner(table, z, dtype)
+    even = (np.arange(order + 1) % 2 == 0).astype(np.float64).reshape(_column_shape(y0, order))
     factor = z[None] * (jnp.asarray(even, dtype) * y0[None] + jnp.asarray(1 - even, dtype))
     return _scaled(d * factor, y0, scale)
 
@@ -127,15 +122,24 @@ def tan_line(x0, order: int, scale: float = 1.0):
     if order <= _policy.current().polynomial_rows_max_order:  # row by row, as tanh's
         rows = [y0] + [slope * _horner(table[k] * scale**k, y0) for k in range(1, order + 1)]
         return _series.stack_rows(rows)
-    # Scaled adds `sum_j C[:, j] y0^j` (Horner in y0), not a matmul over the table: one
-    # fused elementwise kernel; as a (K+1, K+2) dot it ran as a general matmul per element.
-    dtype = jnp.result_type(y0)
-    column_shape = (order + 1,) + (1,) * jnp.ndim(y0)
+    return _scaled(_columns_horner(table, y0, jnp.result_type(y0)) * slope[None], y0, scale)
+
+
+def _column_shape(x, order: int) -> tuple[int, ...]:
+    return (order + 1,) + (1,) * jnp.ndim(x)
+
+
+def _columns_horner(table: np.ndarray, x, dtype):
+    """`sum_j table[:, j] x^j`, every row at once (Horner in `x` over whole columns).
+
+    Scaled adds, not a matmul over the table: one fused elementwise kernel; as a
+    (K+1, K+2) dot it ran as a general matmul per element."""
+    shape = _column_shape(x, table.shape[0] - 1)
     d = None
     for j in reversed(range(table.shape[1])):
-        column = jnp.asarray(table[:, j].reshape(column_shape), dtype)
-        d = column if d is None else d * y0[None] + column
-    return _scaled(d * slope[None], y0, scale)
+        column = jnp.asarray(table[:, j].reshape(shape), dtype)
+        d = column if d is None else d * x[None] + column
+    return d
 
 
 def _horner(coeffs: np.ndarray, x):
