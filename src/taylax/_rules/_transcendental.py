@@ -232,11 +232,7 @@ def _tan(order, x):
     return Series(_series.divide(s, c, order, q0=lax.tan(x.primal)))
 
 
-def _tanh_line_max_order(dtype) -> int:
-    return _riccati_lines.TANH_MAX_ORDER["complex" if dtype.kind == "c" else "real"]
-
-
-univariate(lax.tanh_p, _riccati_lines.tanh_line, _tanh, _tanh_line_max_order)
+univariate(lax.tanh_p, _riccati_lines.tanh_line, _tanh, _riccati_lines.tanh_max_order)
 _tanh_line_or_general = taylor_rules[lax.tanh_p]
 
 
